@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// Algorithm selects how a Limiter counts requests in the sliding window.
+type Algorithm uint8
+
+const (
+	// SlidingLog is exact: it keeps a ring of the last Limit timestamps per
+	// key (4 bytes each) and admits a request at t iff fewer than Limit
+	// admitted requests lie in the closed interval [t-Window, t].
+	SlidingLog Algorithm = iota + 1
+	// SlidingCounter is approximate with O(1) memory per key: it keeps the
+	// counts of the current and previous aligned windows in one word and
+	// weights the previous count by the part of it still inside the window.
+	SlidingCounter
+)
+
+// String returns "log" or "counter".
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "log"
+	case SlidingCounter:
+		return "counter"
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm accepts "log", "sliding_log", "counter" and
+// "sliding_counter" (the spellings config files and flags use).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "log", "sliding_log", "slidinglog", "exact":
+		return SlidingLog, nil
+	case "counter", "sliding_counter", "slidingcounter", "approximate":
+		return SlidingCounter, nil
+	}
+	return 0, fmt.Errorf("engine: unknown algorithm %q (want log or counter): %w", s, ErrInvalidConfig)
+}
+
+// Clock is a monotonic time source in nanoseconds. Now must never go back.
+type Clock interface{ Now() int64 }
+
+// OverflowPolicy says what a new key gets when the key bound is reached and
+// no idle key can be reclaimed to make room for it.
+type OverflowPolicy uint8
+
+const (
+	// OverflowAllow decides an untracked key as a key with empty state:
+	// n <= Limit is allowed and nothing is recorded (fail open).
+	OverflowAllow OverflowPolicy = iota
+	// OverflowDeny denies every request of an untracked key (fail closed).
+	OverflowDeny
+)
+
+// Limits of the packed representations; New rejects larger values.
+const (
+	// MaxLogLimit is the largest Limit SlidingLog holds: the ring position
+	// and the size of the newest batch are 16-bit fields of the key's head
+	// word (see package ring).
+	MaxLogLimit = 65535
+	// MaxCounterLimit is the largest Limit SlidingCounter holds: each of
+	// the two window counts is a 20-bit field (see package atomiccounter).
+	MaxCounterLimit = 1<<20 - 1
+)
+
+// Defaults applied by New where a Config field is zero.
+const (
+	DefaultMaxMemory     = 256 << 20 // bytes of key state, the seed's memory_limit_mb
+	DefaultSweepInterval = 10 * time.Second
+)
+
+// ErrInvalidConfig is wrapped by every error New returns.
+var ErrInvalidConfig = errors.New("invalid config")
+
+// Config configures a Limiter. Algorithm, Limit and Window are required.
+type Config struct {
+	Algorithm Algorithm
+	Limit     int           // requests admitted per Window
+	Window    time.Duration // length of the sliding window
+	Clock     Clock         // nil: the engine's own monotonic clock
+
+	// Penalty records denied requests too, so a client that keeps hammering
+	// stays blocked until it backs off for a whole Window. SlidingLog then
+	// admits a request iff fewer than Limit requests (admitted or not) lie
+	// in [t-Window, t]; SlidingCounter counts denied requests in the window.
+	Penalty bool
+
+	// MaxMemory bounds the bytes of key state (index, slabs, rings).
+	// 0 means DefaultMaxMemory. The bound is converted to a key capacity
+	// at New; Stats reports both.
+	MaxMemory int64
+	// MaxKeys, if > 0, caps the number of tracked keys below what MaxMemory
+	// allows.
+	MaxKeys int
+	// SweepInterval is how often the background sweep reclaims idle keys
+	// (keys whose window holds nothing). 0 means DefaultSweepInterval.
+	SweepInterval time.Duration
+	// Shards is the number of key-table shards, rounded up to a power of
+	// two. 0 picks 16 x GOMAXPROCS, at least 64.
+	Shards int
+	// Overflow says what a new key gets when the bound is reached and every
+	// tracked key is active. See OverflowPolicy.
+	Overflow OverflowPolicy
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("engine: "+format+": %w", append(args, ErrInvalidConfig)...)
+}
+
+// normalize validates c and fills in defaults.
+func (c Config) normalize() (Config, error) {
+	switch c.Algorithm {
+	case SlidingLog, SlidingCounter:
+	default:
+		return c, invalid("Config.Algorithm %d is unknown (want SlidingLog or SlidingCounter)", uint8(c.Algorithm))
+	}
+	if c.Limit <= 0 {
+		return c, invalid("Config.Limit must be > 0, got %d", c.Limit)
+	}
+	if c.Algorithm == SlidingLog && c.Limit > MaxLogLimit {
+		return c, invalid("Config.Limit %d exceeds SlidingLog's maximum %d (use SlidingCounter for large limits)", c.Limit, MaxLogLimit)
+	}
+	if c.Algorithm == SlidingCounter && c.Limit > MaxCounterLimit {
+		return c, invalid("Config.Limit %d exceeds SlidingCounter's maximum %d", c.Limit, MaxCounterLimit)
+	}
+	if c.Window <= 0 {
+		return c, invalid("Config.Window must be > 0, got %v", c.Window)
+	}
+	if c.MaxMemory < 0 {
+		return c, invalid("Config.MaxMemory must be >= 0, got %d", c.MaxMemory)
+	}
+	if c.MaxMemory == 0 {
+		c.MaxMemory = DefaultMaxMemory
+	}
+	if c.MaxKeys < 0 {
+		return c, invalid("Config.MaxKeys must be >= 0, got %d", c.MaxKeys)
+	}
+	if c.SweepInterval < 0 {
+		return c, invalid("Config.SweepInterval must be >= 0, got %v", c.SweepInterval)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Shards < 0 || c.Shards > 1<<16 {
+		return c, invalid("Config.Shards must be in [0, 65536], got %d", c.Shards)
+	}
+	if c.Shards == 0 {
+		c.Shards = max(64, 16*runtime.GOMAXPROCS(0))
+	}
+	c.Shards = nextPow2(c.Shards)
+	switch c.Overflow {
+	case OverflowAllow, OverflowDeny:
+	default:
+		return c, invalid("Config.Overflow %d is unknown", uint8(c.Overflow))
+	}
+	return c, nil
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
