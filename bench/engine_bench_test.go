@@ -1,0 +1,279 @@
+package bench
+
+import (
+	"flag"
+	"os"
+	"sync/atomic"
+	"testing"
+
+	"github.com/slidelimit/slidelimit/bench/keyset"
+	"github.com/slidelimit/slidelimit/bench/measure"
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+var big = flag.Bool("bench.big", os.Getenv("SLIDELIMIT_BENCH_BIG") != "",
+	"also run the 10M-key scenarios (about 2 GB of memory; default from SLIDELIMIT_BENCH_BIG)")
+
+var algos = []engine.Algorithm{engine.SlidingCounter, engine.SlidingLog}
+
+// sizes are the existing-key populations; 10M only when asked for.
+func sizes() []int {
+	s := []int{1_000, 100_000, 1_000_000}
+	if *big {
+		s = append(s, 10_000_000)
+	}
+	return s
+}
+
+// newLimiter builds an engine for profile p. A key bound keys > 0 sets
+// MaxKeys to it and MaxMemory far above what the keys need, so that the
+// population is tracked, not reclaimed or overflowed.
+func newLimiter(b *testing.B, algo engine.Algorithm, p keyset.Profile, keys int) *engine.Limiter {
+	b.Helper()
+	cfg := engine.Config{Algorithm: algo, Limit: p.Limit, Window: p.Window}
+	if keys > 0 {
+		cfg.MaxKeys = keys
+		cfg.MaxMemory = int64(keys)*1024 + 256<<20
+	}
+	lim, err := engine.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lim.Close() })
+	return lim
+}
+
+// populate makes every key known to lim and fails the benchmark if the
+// engine did not keep them all: an "existing keys" benchmark over keys the
+// engine dropped would measure the overflow path instead.
+func populate(b *testing.B, lim *engine.Limiter, keys []string) {
+	b.Helper()
+	for _, k := range keys {
+		lim.Allow(k)
+	}
+	if got := lim.Len(); got < len(keys) {
+		b.Fatalf("engine tracks %d of %d keys after populating (Stats: %+v); raise MaxKeys/MaxMemory in newLimiter", got, len(keys), lim.Stats())
+	}
+}
+
+func reportAllowed(b *testing.B, allowed int) {
+	b.ReportMetric(float64(allowed)/float64(max(b.N, 1)), "allowed/op")
+}
+
+func reportPerKey(b *testing.B, pk measure.PerKey) {
+	b.ReportMetric(pk.Bytes, "heap-B/key")
+	b.ReportMetric(pk.ScanBytes, "gcscan-B/key")
+	b.ReportMetric(float64(pk.GCCycle.Nanoseconds()), "gc-ns")
+}
+
+func BenchmarkAllow(b *testing.B) {
+	for _, algo := range algos {
+		b.Run(algo.String(), func(b *testing.B) {
+			b.Run("hot=allowed", func(b *testing.B) { benchHot(b, algo, keyset.HotAllowed) })
+			b.Run("hot=denied", func(b *testing.B) { benchHot(b, algo, keyset.HotDenied) })
+			for _, n := range sizes() {
+				b.Run("keys="+keyset.Size(n), func(b *testing.B) { benchKeys(b, algo, n) })
+			}
+		})
+	}
+}
+
+func benchHot(b *testing.B, algo engine.Algorithm, p keyset.Profile) {
+	lim := newLimiter(b, algo, p, 0)
+	if p == keyset.HotDenied {
+		for range p.Limit {
+			lim.Allow("hot")
+		}
+	}
+	b.ReportAllocs()
+	allowed := 0
+	for b.Loop() {
+		if lim.Allow("hot") {
+			allowed++
+		}
+	}
+	reportAllowed(b, allowed)
+}
+
+// benchKeys populates n keys once and runs each access distribution over
+// the same limiter, so that the population cost is paid once per count.
+func benchKeys(b *testing.B, algo engine.Algorithm, n int) {
+	keys := keyset.Keys(n)
+	dists := []keyset.Dist{keyset.Uniform, keyset.Zipf}
+	for _, d := range dists {
+		keyset.Sequence(n, d) // built before the heap snapshot: not the limiter's
+	}
+	before := measure.Take()
+	lim := newLimiter(b, algo, keyset.Keyed, n)
+	populate(b, lim, keys)
+	pk := measure.Since(before, n)
+	for _, d := range dists {
+		b.Run(string(d), func(b *testing.B) {
+			seq := keyset.Sequence(n, d)
+			mask := len(seq) - 1
+			b.ReportAllocs()
+			allowed, i := 0, 0
+			for b.Loop() {
+				if lim.Allow(keys[seq[i&mask]]) {
+					allowed++
+				}
+				i++
+			}
+			reportAllowed(b, allowed)
+			reportPerKey(b, pk)
+		})
+	}
+	if n >= 10_000_000 {
+		keyset.Drop() // 10M keys and their sequences: give the memory back
+	}
+}
+
+func BenchmarkAllowParallel(b *testing.B) {
+	const n = 100_000
+	for _, algo := range algos {
+		b.Run(algo.String(), func(b *testing.B) {
+			b.Run("distinct", func(b *testing.B) {
+				keys := keyset.Keys(n)
+				seq := keyset.Sequence(n, keyset.Uniform)
+				lim := newLimiter(b, algo, keyset.Keyed, n)
+				populate(b, lim, keys)
+				runParallel(b, func(g, i int) bool {
+					// Each goroutine walks the sequence from its own offset.
+					return lim.Allow(keys[seq[(g<<16+i)&(len(seq)-1)]])
+				})
+			})
+			b.Run("hotkey", func(b *testing.B) {
+				lim := newLimiter(b, algo, keyset.HotAllowed, 0)
+				runParallel(b, func(int, int) bool { return lim.Allow("hot") })
+			})
+		})
+	}
+}
+
+// runParallel runs allow on GOMAXPROCS goroutines (g is the goroutine's
+// number, i its iteration) and reports allowed/op and decisions/s.
+func runParallel(b *testing.B, allow func(g, i int) bool) {
+	var gids, allowed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		g := int(gids.Add(1))
+		ok, i := 0, 0
+		for pb.Next() {
+			if allow(g, i) {
+				ok++
+			}
+			i++
+		}
+		allowed.Add(int64(ok))
+	})
+	b.StopTimer()
+	reportAllowed(b, int(allowed.Load()))
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "decisions/s")
+	}
+}
+
+func BenchmarkAllowN(b *testing.B) {
+	const n, batch = 100_000, 4
+	for _, algo := range algos {
+		b.Run(algo.String()+"/n=4", func(b *testing.B) {
+			b.Run("hot=allowed", func(b *testing.B) {
+				lim := newLimiter(b, algo, keyset.HotAllowed, 0)
+				b.ReportAllocs()
+				allowed := 0
+				for b.Loop() {
+					if lim.AllowN("hot", batch).Allowed {
+						allowed++
+					}
+				}
+				reportAllowed(b, allowed)
+			})
+			b.Run("keys=100k/uniform", func(b *testing.B) {
+				keys := keyset.Keys(n)
+				seq := keyset.Sequence(n, keyset.Uniform)
+				// Limit 8 admits two batches of 4 per window.
+				lim := newLimiter(b, algo, keyset.Keyed, n)
+				populate(b, lim, keys)
+				mask := len(seq) - 1
+				b.ReportAllocs()
+				allowed, i := 0, 0
+				for b.Loop() {
+					if lim.AllowN(keys[seq[i&mask]], batch).Allowed {
+						allowed++
+					}
+					i++
+				}
+				reportAllowed(b, allowed)
+			})
+		})
+	}
+}
+
+func BenchmarkPeek(b *testing.B) {
+	const n = 100_000
+	for _, algo := range algos {
+		b.Run(algo.String(), func(b *testing.B) {
+			b.Run("hot=denied", func(b *testing.B) {
+				lim := newLimiter(b, algo, keyset.HotDenied, 0)
+				for range keyset.HotDenied.Limit {
+					lim.Allow("hot")
+				}
+				b.ReportAllocs()
+				allowed := 0
+				for b.Loop() {
+					if lim.Peek("hot").Allowed {
+						allowed++
+					}
+				}
+				reportAllowed(b, allowed)
+			})
+			b.Run("keys=100k/uniform", func(b *testing.B) {
+				keys := keyset.Keys(n)
+				seq := keyset.Sequence(n, keyset.Uniform)
+				lim := newLimiter(b, algo, keyset.Keyed, n)
+				populate(b, lim, keys)
+				mask := len(seq) - 1
+				b.ReportAllocs()
+				allowed, i := 0, 0
+				for b.Loop() {
+					if lim.Peek(keys[seq[i&mask]]).Allowed {
+						allowed++
+					}
+					i++
+				}
+				reportAllowed(b, allowed)
+			})
+		})
+	}
+}
+
+// BenchmarkNewKeys sends a stream of never-seen keys at an engine bounded
+// to 64k keys: once the bound is reached, each new key is tracked by
+// reclaiming an idle one or decided untracked (Config.Overflow). The
+// reclaimed/op and overflow/op metrics say which path ran.
+func BenchmarkNewKeys(b *testing.B) {
+	const bound = 1 << 16
+	fresh := keyset.KeysWithPrefix("n", 1<<21)
+	for _, algo := range algos {
+		b.Run(algo.String()+"/bound=64k", func(b *testing.B) {
+			lim := newLimiter(b, algo, keyset.Keyed, bound)
+			mask := len(fresh) - 1
+			b.ReportAllocs()
+			allowed, i := 0, 0
+			start := lim.Stats()
+			for b.Loop() {
+				if lim.Allow(fresh[i&mask]) {
+					allowed++
+				}
+				i++
+			}
+			end := lim.Stats()
+			reportAllowed(b, allowed)
+			ops := float64(max(b.N, 1))
+			b.ReportMetric(float64(end.Reclaimed-start.Reclaimed)/ops, "reclaimed/op")
+			b.ReportMetric(float64(end.Overflow-start.Overflow)/ops, "overflow/op")
+			b.ReportMetric(float64(lim.Len()), "keys")
+		})
+	}
+}

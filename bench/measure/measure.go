@@ -1,0 +1,68 @@
+package measure
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"time"
+)
+
+const (
+	heapObjects = "/memory/classes/heap/objects:bytes"
+	heapScan    = "/gc/scan/heap:bytes"
+)
+
+// Snapshot is the live heap right after a forced GC cycle.
+type Snapshot struct {
+	Heap uint64 // bytes of live heap objects
+	Scan uint64 // bytes of heap the GC had to scan (pointer-bearing part)
+}
+
+// Take forces a GC cycle and reads the heap figures it left behind.
+func Take() Snapshot {
+	runtime.GC()
+	s := []metrics.Sample{{Name: heapObjects}, {Name: heapScan}}
+	metrics.Read(s)
+	return Snapshot{Heap: value(s[0]), Scan: value(s[1])}
+}
+
+func value(s metrics.Sample) uint64 {
+	if s.Value.Kind() != metrics.KindUint64 {
+		return 0 // metric unsupported by this runtime: report 0, never garbage
+	}
+	return s.Value.Uint64()
+}
+
+// PerKey is what a limiter holding n keys costs the heap and the GC.
+type PerKey struct {
+	Bytes     float64       // live heap bytes per key
+	ScanBytes float64       // GC-scannable heap bytes per key
+	ScanTotal uint64        // GC-scannable heap bytes in all
+	GCCycle   time.Duration // wall time of one forced GC cycle with the keys live
+}
+
+// Since reports the per-key cost of what was allocated after before and is
+// still live, for n keys. Differences below zero (a collection freed more
+// than the limiter added) read as zero.
+func Since(before Snapshot, n int) PerKey {
+	t0 := time.Now()
+	after := Take()
+	gc := time.Since(t0)
+	heap := sub(after.Heap, before.Heap)
+	scan := sub(after.Scan, before.Scan)
+	if n <= 0 {
+		n = 1
+	}
+	return PerKey{
+		Bytes:     float64(heap) / float64(n),
+		ScanBytes: float64(scan) / float64(n),
+		ScanTotal: scan,
+		GCCycle:   gc,
+	}
+}
+
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
+}
