@@ -1,188 +1,509 @@
 package engine
 
-// TEMPORARY simple implementation (mutex + map) so that dependent packages can
-// be built while the lock-free internals land. Public API and semantics are final.
-
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/slidelimit/slidelimit/atomiccounter"
+	"github.com/slidelimit/slidelimit/internal/fastdiv"
+	"github.com/slidelimit/slidelimit/ring"
+	"github.com/slidelimit/slidelimit/shard"
 )
 
-type simpleState struct {
-	ts        []int64 // SlidingLog ring, in admission order
-	head      int
-	win       int64 // SlidingCounter window number
-	prev, cur int64
-}
-
-// Limiter is a per-key sliding-window rate limiter. It is safe for concurrent use.
+// Limiter is a per-key sliding-window rate limiter. It is safe for
+// concurrent use by any number of goroutines; see the package doc for its
+// guarantees.
 type Limiter struct {
 	cfg     Config
-	start   time.Time
-	mu      sync.Mutex
-	keys    map[string]*simpleState
-	allowed atomic.Uint64
-	denied  atomic.Uint64
-	closed  atomic.Bool
+	alg     Algorithm
+	limit   int
+	window  int64 // ns
+	table   *shard.Table
+	counter atomiccounter.Counter
+	ring    ring.Ring
+	ticks   fastdiv.Divider // ns -> SlidingLog ticks
+	res     int64           // ns per tick
+	wq      uint32          // window in ticks
+
+	clock Clock // user clock, or nil for the engine's own
+	epoch int64 // clock reading at New; the engine works in ns since then
+	start time.Time
+
+	stats *stats
+
+	closeOnce sync.Once
+	done      chan struct{}
+	swept     sync.WaitGroup
 }
 
-// New validates cfg and returns a Limiter.
+// stats are striped by hash so that two cores deciding for different keys
+// rarely write the same cache line.
+const statStripes = 16
+
+type stripe struct {
+	allowed atomic.Uint64
+	denied  atomic.Uint64
+	_       [shard.CacheLine - 16]byte
+}
+
+type stats struct {
+	s         [statStripes]stripe
+	inserts   atomic.Uint64
+	reclaimed atomic.Uint64
+	overflow  atomic.Uint64
+}
+
+func (s *stats) count(h uint64, allowed bool) {
+	st := &s.s[h%statStripes]
+	if allowed {
+		st.allowed.Add(1)
+	} else {
+		st.denied.Add(1)
+	}
+}
+
+// indexBytesPerKey is the worst-case index cost of a key: 4-byte entries at
+// a load factor of 0.4 (just after the index doubled at 0.8).
+const indexBytesPerKey = 10
+
+// chunkBytes is the size of one slab chunk; a shard allocates its slab in
+// such chunks as keys arrive.
+const chunkBytes = 64 << 10
+
+// New validates cfg and returns a Limiter. It starts one background
+// goroutine (the sweep), which Close stops.
 func New(cfg Config) (*Limiter, error) {
 	c, err := cfg.normalize()
 	if err != nil {
 		return nil, err
 	}
-	return &Limiter{cfg: c, start: time.Now(), keys: map[string]*simpleState{}}, nil
+	l := &Limiter{cfg: c, alg: c.Algorithm, limit: c.Limit, window: int64(c.Window), clock: c.Clock, stats: &stats{}, done: make(chan struct{})}
+	slots := 0
+	free := atomiccounter.Free
+	if c.Algorithm == SlidingLog {
+		slots = c.Limit
+		free = ring.Dead
+		l.res = resolution(c.Limit, c.Window, c.SweepInterval)
+		l.ticks = fastdiv.New(uint64(l.res))
+		l.wq = uint32((int64(c.Window) + l.res - 1) / l.res)
+		l.ring = ring.New(c.Limit, l.wq, c.Penalty)
+	} else {
+		l.counter = atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)
+	}
+	recBytes := int64(shard.RecordBytes + 4*slots)
+	perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
+	if perShard < 1 {
+		return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
+			c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
+	}
+	maxKeys := perShard * int64(c.Shards)
+	if c.MaxKeys > 0 && int64(c.MaxKeys) < maxKeys {
+		maxKeys = int64(c.MaxKeys)
+	}
+	maxKeys = min(maxKeys, int64(shard.MaxRecordsPerShard)*int64(c.Shards))
+	l.cfg.MaxKeys = int(maxKeys)
+	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes})
+	if l.clock != nil {
+		l.epoch = l.clock.Now()
+	} else {
+		l.start = time.Now()
+	}
+	l.swept.Add(1)
+	go l.sweepLoop()
+	return l, nil
 }
 
-// Now reads the Limiter's clock (Config.Clock, or the engine's own monotonic clock).
+// resolution returns the SlidingLog tick: the smallest power of ten of
+// nanoseconds, at least 1 µs, such that 2 x (Limit+1) x (Window+Sweep) is
+// below 2^31 ticks. A live key's oldest tick is at most (Limit+1) x
+// (Window+Sweep) old (a key idle longer than Window is reclaimed by the next
+// sweep), so with this tick every comparison of 32-bit ticks is exact, with
+// a factor 2 to spare for a late sweep.
+func resolution(limit int, window, sweep time.Duration) int64 {
+	span := 2 * float64(limit+1) * float64(window+sweep)
+	res := int64(1000)
+	for span >= float64(math.MaxInt32)*float64(res) && res < 1e15 {
+		res *= 10
+	}
+	return res
+}
+
+// Resolution returns the tick SlidingLog records timestamps in (0 for
+// SlidingCounter, which works in nanoseconds). Requests are exact at this
+// granularity: timestamps are truncated to it and Window is rounded up to
+// a whole number of ticks.
+func (l *Limiter) Resolution() time.Duration { return time.Duration(l.res) }
+
+// Now reads the Limiter's clock: Config.Clock, or the engine's own
+// monotonic clock (nanoseconds since New). AllowAt and friends take times
+// from this same clock.
 func (l *Limiter) Now() int64 {
-	if l.cfg.Clock != nil {
-		return l.cfg.Clock.Now()
+	if l.clock != nil {
+		return l.clock.Now()
 	}
 	return int64(time.Since(l.start))
 }
 
-// Config returns the configuration with defaults filled in.
-func (l *Limiter) Config() Config { return l.cfg }
-
-// Allow reports whether one request for key is admitted now.
-func (l *Limiter) Allow(key string) bool { return l.AllowNAt(key, 1, l.Now()).Allowed }
-
-// AllowN admits n requests for key now, all or none. n <= 0 or n > Limit is denied.
-func (l *Limiter) AllowN(key string, n int) Decision { return l.AllowNAt(key, n, l.Now()) }
-
-// AllowAt is Allow at an explicit time read from the Limiter's clock.
-func (l *Limiter) AllowAt(key string, now int64) Decision { return l.AllowNAt(key, 1, now) }
-
-// Peek reports what AllowN(key, 1) would decide, consuming nothing.
-func (l *Limiter) Peek(key string) Decision { return l.PeekAt(key, l.Now()) }
-
-// PeekAt is Peek at an explicit time.
-func (l *Limiter) PeekAt(key string, now int64) Decision { return l.decide(key, 1, now, false) }
-
-// AllowNAt is AllowN at an explicit time.
-func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
-	return l.decide(key, n, now, true)
+// rel converts a time of the Limiter's clock to ns since the epoch.
+func (l *Limiter) rel(now int64) int64 {
+	if now <= l.epoch {
+		return 0 // before the epoch: counts as the epoch
+	}
+	return now - l.epoch
 }
 
-func (l *Limiter) decide(key string, n int, now int64, consume bool) Decision {
-	L := l.cfg.Limit
-	W := int64(l.cfg.Window)
-	if n <= 0 || n > L {
-		if consume {
-			l.denied.Add(1)
-		}
-		return Decision{Limit: L}
+// Config returns the configuration with defaults filled in (MaxKeys is the
+// key bound derived from MaxMemory).
+func (l *Limiter) Config() Config { return l.cfg }
+
+// Allow reports whether one request for key is admitted now, and records it
+// if so. It does not allocate.
+func (l *Limiter) Allow(key string) bool {
+	return l.take(key, 1, l.rel(l.Now()), false).Allowed
+}
+
+// AllowN admits n requests for key now, all or none, and returns the full
+// Decision. n <= 0 or n > Limit is always denied (RetryAfter 0: waiting
+// does not help) and records nothing.
+func (l *Limiter) AllowN(key string, n int) Decision {
+	return l.take(key, n, l.rel(l.Now()), true)
+}
+
+// AllowAt is AllowN(key, 1) at time now of the Limiter's clock (see Now).
+// A gateway can read the clock once per request; tests need no fake clock.
+// Times must not go back by more than a race between two clock reads: a
+// key's time never goes back, so an earlier time counts as the key's
+// latest one.
+func (l *Limiter) AllowAt(key string, now int64) Decision {
+	return l.take(key, 1, l.rel(now), true)
+}
+
+// AllowNAt is AllowN at time now of the Limiter's clock.
+func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
+	return l.take(key, n, l.rel(now), true)
+}
+
+// Peek reports what AllowN(key, 1) would decide now, consuming nothing.
+// Remaining counts the requests admissible now (not minus a hypothetical
+// one).
+func (l *Limiter) Peek(key string) Decision { return l.peek(key, l.rel(l.Now())) }
+
+// PeekAt is Peek at time now of the Limiter's clock.
+func (l *Limiter) PeekAt(key string, now int64) Decision { return l.peek(key, l.rel(now)) }
+
+func (l *Limiter) tick(rel int64) uint32 { return uint32(l.ticks.Div(uint64(rel))) }
+
+// delay converts a delay in ticks, counted from the tick of rel, to ns from rel.
+func (l *Limiter) delay(ticks uint32, rel int64) time.Duration {
+	if ticks == 0 {
+		return 0
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := l.keys[key]
-	if s == nil {
-		s = &simpleState{}
-		if l.cfg.Algorithm == SlidingLog {
-			s.ts = make([]int64, L)
-			for i := range s.ts {
-				s.ts[i] = -1 << 62
-			}
-		}
-		if consume {
-			l.keys[key] = s
-		}
+	return time.Duration(int64(ticks)*l.res - rel%l.res)
+}
+
+func (l *Limiter) take(key string, n int, rel int64, detail bool) Decision {
+	if n <= 0 || n > l.limit {
+		l.stats.count(0, false)
+		return Decision{Limit: l.limit}
 	}
-	var d Decision
-	d.Limit = L
-	if l.cfg.Algorithm == SlidingLog {
-		// count in window
-		cnt := 0
-		for _, t := range s.ts {
-			if t >= now-W {
-				cnt++
-			}
-		}
-		oldest := s.ts[(s.head+n-1)%L]
-		ok := oldest < now-W
-		d.Allowed = ok
-		if ok || (consume && l.cfg.Penalty) {
-			if consume {
-				for i := 0; i < n; i++ {
-					s.ts[s.head] = now
-					s.head = (s.head + 1) % L
+	h := l.table.Hash(key)
+	for {
+		s, rec, slots := l.table.Lookup(h)
+		if rec != nil {
+			if l.alg == SlidingCounter {
+				st, snap := l.counter.Take(&rec.State, &rec.Hash, h, rel, uint32(n))
+				if st != atomiccounter.Stale {
+					ok := st == atomiccounter.Allowed
+					l.stats.count(h, ok)
+					d := Decision{Allowed: ok, Limit: l.limit}
+					if detail {
+						rem, retry, reset := l.counter.Describe(snap, uint32(n), ok, ok || l.cfg.Penalty)
+						d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
+					}
+					return d
+				}
+			} else {
+				st, out := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), detail)
+				if st != ring.Stale {
+					ok := st == ring.Allowed
+					l.stats.count(h, ok)
+					d := Decision{Allowed: ok, Limit: l.limit}
+					if detail {
+						d.Remaining = int(out.Remaining)
+						d.ResetAfter = l.delay(out.ResetAfter, rel)
+						if !ok {
+							d.RetryAfter = l.delay(out.RetryAfter, rel)
+						}
+					}
+					return d
 				}
 			}
 		}
-		if ok {
-			d.Remaining = L - cnt - n
-		} else {
-			d.Remaining = L - cnt
-			d.RetryAfter = time.Duration(oldest + W + 1 - now)
-		}
-		newest := s.ts[(s.head+L-1)%L]
-		if newest >= now-W {
-			d.ResetAfter = time.Duration(newest + W + 1 - now)
-		}
-	} else {
-		w := now / W
-		e := now - w*W
-		prev, cur := s.prev, s.cur
-		switch {
-		case w == s.win:
-		case w == s.win+1:
-			prev, cur = cur, 0
-		default:
-			prev, cur = 0, 0
-		}
-		est := float64(prev)*float64(W-e)/float64(W) + float64(cur)
-		d.Allowed = est+float64(n) <= float64(L)
-		if consume && (d.Allowed || l.cfg.Penalty) {
-			s.win, s.prev, s.cur = w, prev, cur+int64(n)
-			cur += int64(n)
-			if !d.Allowed {
-				cur -= int64(n)
-			}
-		}
-		if d.Allowed {
-			est += float64(n)
-		}
-		d.Remaining = max(0, int(float64(L)-est))
-		if !d.Allowed {
-			d.RetryAfter = time.Duration(W - e)
-		}
-		if cur > 0 {
-			d.ResetAfter = time.Duration(2*W - e)
-		} else if prev > 0 {
-			d.ResetAfter = time.Duration(W - e)
+		// Not found, or the record was freed or reused under us: the slow path.
+		if d, done := l.insert(s, h, n, rel); done {
+			return d
 		}
 	}
-	if consume {
-		if d.Allowed {
-			l.allowed.Add(1)
-		} else {
-			l.denied.Add(1)
-		}
-	}
-	return d
 }
 
-// Reset forgets key's state.
+// insert creates the key's state under the shard lock, unless another
+// goroutine got there first (then done is false and the caller retries the
+// lock-free path). The first n requests of a new key are always admitted
+// (n <= Limit on an empty window), so the record is born holding them.
+func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, bool) {
+	t := l.table
+	s.Lock()
+	if _, ok := t.Find(s, h); ok {
+		s.Unlock()
+		return Decision{}, false
+	}
+	ref, readyAt, ok := t.Alloc(s, rel)
+	if !ok {
+		ref, readyAt, ok = l.reclaimOne(s, rel)
+	}
+	if !ok {
+		s.Unlock()
+		l.stats.overflow.Add(1)
+		allowed := l.cfg.Overflow == OverflowAllow
+		l.stats.count(h, allowed)
+		if allowed {
+			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}, true
+		}
+		return Decision{Limit: l.limit, RetryAfter: time.Duration(l.window)}, true
+	}
+	// Date the new key no earlier than the moment its record's previous
+	// owner went empty: then the previous owner's late writers find values
+	// newer than theirs and do nothing (see the package doc).
+	at := max(rel, readyAt)
+	rec, slots := t.Record(s, ref)
+	rec.Hash.Store(h) // before State: a reader that sees the new State sees the new Hash
+	var d Decision
+	if l.alg == SlidingCounter {
+		rec.State.Store(l.counter.First(at, uint32(n)))
+		win, el := l.counter.At(at)
+		rem, _, reset := l.counter.Describe(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), true, true)
+		d = Decision{Allowed: true, Limit: l.limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}
+	} else {
+		tk := l.tick(at)
+		rec.State.Store(l.ring.First(slots, tk, uint32(n)))
+		d = Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n,
+			ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}
+	}
+	t.Insert(s, h, ref)
+	s.Unlock()
+	l.stats.inserts.Add(1)
+	l.stats.count(h, true)
+	return d, true
+}
+
+// idle reports whether the record state w holds nothing at rel, and when a
+// state that is not idle will be.
+func (l *Limiter) idle(w uint64, rel int64) (idle bool, readyAt int64) {
+	if l.alg == SlidingCounter {
+		if l.counter.Idle(w, rel) {
+			return true, rel
+		}
+		return false, l.counter.ReadyAt(w, rel)
+	}
+	if l.ring.Idle(w, l.tick(rel)) {
+		return true, rel
+	}
+	d := int64(l.ring.ReadyAt(w) - l.tick(rel)) // ticks ahead, < 2^31
+	return false, rel - rel%l.res + int64(uint32(d))*l.res
+}
+
+// reclaimBudget is how many records an insert into a full shard examines
+// for an idle one before giving up.
+const reclaimBudget = 64
+
+// reclaimOne frees one idle record of a full shard for a new key (lazy
+// reuse). Under the shard lock.
+func (l *Limiter) reclaimOne(s *shard.Shard, rel int64) (ref uint32, readyAt int64, ok bool) {
+	if rel < s.IdleHint() {
+		return 0, 0, false
+	}
+	soonest := int64(math.MaxInt64)
+	l.table.Scan(s, reclaimBudget, func(r uint32) bool {
+		if l.tryKill(s, r, rel, &soonest) {
+			ref, ok = r, true
+			return false
+		}
+		return true
+	})
+	if ok {
+		return ref, rel, true
+	}
+	s.SetIdleHint(soonest)
+	return 0, 0, false
+}
+
+// tryKill frees record r if it is idle at rel (removing its key from the
+// index); otherwise it lowers *soonest to when r will be idle.
+func (l *Limiter) tryKill(s *shard.Shard, r uint32, rel int64, soonest *int64) bool {
+	rec, _ := l.table.Record(s, r)
+	w := rec.State.Load()
+	if w == l.freeWord() {
+		return false
+	}
+	idle, ready := l.idle(w, rel)
+	if !idle {
+		*soonest = min(*soonest, ready)
+		return false
+	}
+	// CAS, not Store: a request may have just made the key active again.
+	if !rec.State.CompareAndSwap(w, l.freeWord()) {
+		return false
+	}
+	l.table.Remove(s, rec.Hash.Load(), r)
+	l.stats.reclaimed.Add(1)
+	return true
+}
+
+func (l *Limiter) freeWord() uint64 {
+	if l.alg == SlidingCounter {
+		return atomiccounter.Free
+	}
+	return ring.Dead
+}
+
+func (l *Limiter) peek(key string, rel int64) Decision {
+	h := l.table.Hash(key)
+	for {
+		s, rec, slots := l.table.Lookup(h)
+		if rec == nil {
+			s.Lock()
+			_, found := l.table.Find(s, h)
+			s.Unlock()
+			if found {
+				continue
+			}
+			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
+		}
+		if l.alg == SlidingCounter {
+			st, snap := l.counter.Peek(&rec.State, &rec.Hash, h, rel)
+			if st == atomiccounter.Stale {
+				s.Lock() // a sweep or Reset is removing the record: wait for it
+				s.Unlock()
+				continue
+			}
+			ok := st == atomiccounter.Allowed
+			rem, retry, reset := l.counter.Describe(snap, 1, ok, false)
+			return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
+		}
+		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
+		if st == ring.Stale {
+			s.Lock()
+			s.Unlock()
+			continue
+		}
+		d := Decision{Allowed: st == ring.Allowed, Limit: l.limit, Remaining: int(out.Remaining), ResetAfter: l.delay(out.ResetAfter, rel)}
+		if !d.Allowed {
+			d.RetryAfter = l.delay(out.RetryAfter, rel)
+		}
+		return d
+	}
+}
+
+// Reset forgets key's state: its next request starts on an empty window.
+// The record is reused for another key only once the old state would have
+// emptied by itself.
 func (l *Limiter) Reset(key string) {
-	l.mu.Lock()
-	delete(l.keys, key)
-	l.mu.Unlock()
+	h := l.table.Hash(key)
+	s := l.table.Shard(h)
+	rel := l.rel(l.Now())
+	s.Lock()
+	defer s.Unlock()
+	ref, ok := l.table.Find(s, h)
+	if !ok {
+		return
+	}
+	rec, _ := l.table.Record(s, ref)
+	for {
+		w := rec.State.Load()
+		_, ready := l.idle(w, rel)
+		if rec.State.CompareAndSwap(w, l.freeWord()) {
+			l.table.Remove(s, h, ref)
+			l.table.Release(s, ref, ready, rel)
+			return
+		}
+	}
 }
 
 // Len returns the number of keys tracked now.
 func (l *Limiter) Len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.keys)
+	n := 0
+	for i := 0; i < l.table.Shards(); i++ {
+		n += l.table.ShardAt(i).Len()
+	}
+	return n
 }
 
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	return Stats{Keys: l.Len(), Allowed: l.allowed.Load(), Denied: l.denied.Load()}
+	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
+		Inserts: l.stats.inserts.Load(), Reclaimed: l.stats.reclaimed.Load(), Overflow: l.stats.overflow.Load()}
+	for i := range l.stats.s {
+		st.Allowed += l.stats.s[i].allowed.Load()
+		st.Denied += l.stats.s[i].denied.Load()
+	}
+	for i := 0; i < l.table.Shards(); i++ {
+		st.Bytes += l.table.ShardAt(i).Bytes()
+	}
+	return st
 }
 
-// Close stops background work. It is safe to call more than once.
-func (l *Limiter) Close() error { l.closed.Store(true); return nil }
+// Close stops the background sweep. The Limiter keeps deciding after Close
+// (idle keys are then reclaimed only lazily, when a shard is full). It is
+// safe to call more than once.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	l.swept.Wait()
+	return nil
+}
+
+// sweepBatch bounds how many records a sweep examines per lock hold, so an
+// insert into the shard being swept waits microseconds, not a whole sweep.
+const sweepBatch = 512
+
+func (l *Limiter) sweepLoop() {
+	defer l.swept.Done()
+	t := time.NewTicker(l.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-t.C:
+			l.Sweep()
+		}
+	}
+}
+
+// Sweep reclaims every idle key now (the background sweep calls it every
+// SweepInterval). It returns the number of keys reclaimed.
+func (l *Limiter) Sweep() int {
+	rel := l.rel(l.Now())
+	total := 0
+	for i := 0; i < l.table.Shards(); i++ {
+		s := l.table.ShardAt(i)
+		for start := 0; ; start += sweepBatch {
+			s.Lock()
+			n := s.Allocated()
+			if start >= n {
+				s.Unlock()
+				break
+			}
+			soonest := int64(math.MaxInt64)
+			for r := start; r < min(n, start+sweepBatch); r++ {
+				if l.tryKill(s, uint32(r), rel, &soonest) {
+					l.table.Release(s, uint32(r), rel, rel)
+					total++
+				}
+			}
+			s.Unlock()
+		}
+	}
+	return total
+}

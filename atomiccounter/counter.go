@@ -1,0 +1,292 @@
+// Package atomiccounter is the approximate sliding-window counter: the counts
+// of the current and the previous aligned window, and the current window's
+// number, packed into one uint64 that a CAS loop updates.
+//
+// # Bit layout
+//
+//	 63              40 39              20 19               0
+//	+------------------+------------------+------------------+
+//	|  window : 24     |   prev : 20      |   cur : 20       |
+//	+------------------+------------------+------------------+
+//
+// window is the window number (time since the limiter's epoch divided by
+// Window) modulo 2^24; prev and cur are the counts of windows window-1 and
+// window, saturating at MaxCount = 2^20-1 (so the largest Limit is
+// MaxCount). A stored word always has cur >= 1, because a word is only
+// written when a request is recorded in the window it names; hence 0 never
+// is a live state and marks a free record (Free).
+//
+// # Algorithm
+//
+// Windows are aligned to multiples of Window. At elapsed time e into window
+// w the estimate of requests in the trailing Window is
+//
+//	estimate = prev * (Window - e) / Window + cur
+//
+// and n requests are admitted iff estimate + n <= Limit, evaluated exactly
+// in 128-bit integers (no floating point). The estimate assumes the previous
+// window's requests were spread evenly; when they bunched at its end, the
+// trailing window can hold up to about 2*Limit - 1 admitted requests (Limit
+// at the end of one window, nearly Limit again early in the next). That is
+// the price of O(1) memory; SlidingLog is exact.
+//
+// # Concurrency
+//
+// Take loads the word, computes the new word and publishes it with one CAS;
+// on failure it reloads and recomputes, so every admitted request is
+// accounted in exactly one successful CAS and concurrent callers at a frozen
+// clock admit exactly Limit. A denial is decided on a single load and writes
+// nothing (unless Penalty is set). After every load Take re-reads the
+// record's hash: a record that was freed and reused by another key carries
+// another hash, so Take never acts on a word that belongs to someone else
+// (see package engine for why a stale CAS can never succeed either).
+package atomiccounter
+
+import (
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/slidelimit/slidelimit/internal/fastdiv"
+)
+
+// Field widths of the packed word.
+const (
+	CountBits  = 20
+	WindowBits = 24
+	MaxCount   = 1<<CountBits - 1
+	countMask  = MaxCount
+	windowMask = 1<<WindowBits - 1
+)
+
+// Free is the word of a record that holds no key.
+const Free uint64 = 0
+
+// Pack builds a word. Fields are masked to their widths.
+func Pack(window uint64, prev, cur uint32) uint64 {
+	return (window&windowMask)<<(2*CountBits) | uint64(prev&countMask)<<CountBits | uint64(cur&countMask)
+}
+
+// Unpack splits a word into its fields.
+func Unpack(w uint64) (window uint64, prev, cur uint32) {
+	return w >> (2 * CountBits), uint32(w>>CountBits) & countMask, uint32(w) & countMask
+}
+
+// Counter holds the parameters of one limiter. The zero value is not usable;
+// use New.
+type Counter struct {
+	limit   uint64
+	window  uint64 // ns
+	penalty bool
+	div     fastdiv.Divider
+}
+
+// New returns a Counter for limit requests per window nanoseconds.
+// The caller validates 1 <= limit <= MaxCount and window > 0.
+func New(limit int, window int64, penalty bool) Counter {
+	return Counter{limit: uint64(limit), window: uint64(window), penalty: penalty, div: fastdiv.New(uint64(window))}
+}
+
+// Status is the outcome of Take.
+type Status uint8
+
+const (
+	Denied  Status = iota // not admitted (recorded only in Penalty mode)
+	Allowed               // admitted and recorded
+	Stale                 // the record is free or belongs to another key: look the key up again
+)
+
+// Snapshot is the state a decision was made on, rolled to the request's
+// window and before the request was added.
+type Snapshot struct {
+	Window  uint64 // full window number (not masked)
+	Elapsed uint64 // ns into the window
+	Prev    uint32
+	Cur     uint32
+}
+
+// At returns the window number and the elapsed time for now (ns since the
+// epoch; negative values count as 0).
+func (c *Counter) At(now int64) (window, elapsed uint64) {
+	if now < 0 {
+		now = 0
+	}
+	window = c.div.Div(uint64(now))
+	return window, uint64(now) - window*c.window
+}
+
+// roll returns the counts of word w as seen from window win: the word's
+// window may be win (as is), win-1 (cur becomes prev), or older (empty).
+// A word from a later window (a caller whose clock read lost a race with a
+// faster one) is used as is, at the start of its window: time never goes
+// back for a key.
+func (c *Counter) roll(w uint64, s *Snapshot) {
+	ww, prev, cur := Unpack(w)
+	switch d := (s.Window - ww) & windowMask; {
+	case d == 0:
+		s.Prev, s.Cur = prev, cur
+	case d == 1:
+		s.Prev, s.Cur = cur, 0
+	case d >= 1<<(WindowBits-1): // word is ahead of us
+		s.Window += windowMask + 1 - d
+		s.Elapsed = 0
+		s.Prev, s.Cur = prev, cur
+	default:
+		s.Prev, s.Cur = 0, 0
+	}
+}
+
+// Admits reports whether prev*(W-e)/W + cur + n <= Limit, exactly.
+func (c *Counter) admits(s *Snapshot, n uint32) bool {
+	// lhs = prev*(W-e) + (cur+n)*W, rhs = limit*W; all < 2^85, in 128 bits.
+	h1, l1 := bits.Mul64(uint64(s.Prev), c.window-s.Elapsed)
+	h2, l2 := bits.Mul64(uint64(s.Cur)+uint64(n), c.window)
+	lo, carry := bits.Add64(l1, l2, 0)
+	hi := h1 + h2 + carry
+	rh, rl := bits.Mul64(c.limit, c.window)
+	return hi < rh || (hi == rh && lo <= rl)
+}
+
+// Take decides n requests (1 <= n <= Limit) for the record whose state word
+// is st and whose identity word is id, expected to hold hash. now is ns
+// since the epoch.
+func (c *Counter) Take(st, id *atomic.Uint64, hash uint64, now int64, n uint32) (Status, Snapshot) {
+	win, el := c.At(now)
+	for {
+		w := st.Load()
+		if w == Free || id.Load() != hash {
+			return Stale, Snapshot{}
+		}
+		s := Snapshot{Window: win, Elapsed: el}
+		c.roll(w, &s)
+		ok := c.admits(&s, n)
+		if !ok && !c.penalty {
+			return Denied, s
+		}
+		cur := s.Cur + n
+		if cur > MaxCount {
+			cur = MaxCount
+		}
+		if st.CompareAndSwap(w, Pack(s.Window, s.Prev, cur)) {
+			if ok {
+				return Allowed, s
+			}
+			return Denied, s
+		}
+	}
+}
+
+// Peek returns the snapshot of the record at now without changing it.
+func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, Snapshot) {
+	win, el := c.At(now)
+	w := st.Load()
+	if w == Free || id.Load() != hash {
+		return Stale, Snapshot{}
+	}
+	s := Snapshot{Window: win, Elapsed: el}
+	c.roll(w, &s)
+	if c.admits(&s, 1) {
+		return Allowed, s
+	}
+	return Denied, s
+}
+
+// First returns the word of a new key whose first n requests (n <= Limit,
+// always admitted on empty state) arrive at now.
+func (c *Counter) First(now int64, n uint32) uint64 {
+	win, _ := c.At(now)
+	return Pack(win, 0, n)
+}
+
+// Idle reports whether word w holds nothing that can count at now or later:
+// its window is two or more windows old. Free words are not idle (they are
+// already free).
+func (c *Counter) Idle(w uint64, now int64) bool {
+	if w == Free {
+		return false
+	}
+	win, _ := c.At(now)
+	ww, _, _ := Unpack(w)
+	d := (win - ww) & windowMask
+	return d >= 2 && d < 1<<(WindowBits-1)
+}
+
+// ReadyAt returns the earliest time (ns since epoch) at which the key whose
+// word is w holds nothing: the start of the second window after its stored
+// window. A record freed while its key was active may be reused only from
+// then on (see package engine).
+func (c *Counter) ReadyAt(w uint64, now int64) int64 {
+	win, _ := c.At(now)
+	ww, _, _ := Unpack(w)
+	full := win - (win-ww)&windowMask // the stored window, unmasked
+	if d := (win - ww) & windowMask; d >= 1<<(WindowBits-1) {
+		full = win + (windowMask + 1 - d) // stored window is ahead of now
+	}
+	return max(now, int64((full+2)*c.window))
+}
+
+// Describe turns a snapshot into the figures of a Decision after n requests
+// were (allowed == true) or were not admitted: remaining requests now, and
+// retry/reset delays in ns. recorded says whether the n requests were
+// written (admitted, or Penalty mode).
+func (c *Counter) Describe(s Snapshot, n uint32, allowed, recorded bool) (remaining int, retryAfter, resetAfter int64) {
+	cur := uint64(s.Cur)
+	if recorded {
+		cur = min(cur+uint64(n), MaxCount)
+	}
+	W := c.window
+	rest := W - s.Elapsed
+	// weighted = ceil(prev*(W-e)/W)
+	h, l := bits.Mul64(uint64(s.Prev), rest)
+	q, r := bits.Div64(h, l, W) // h < W because prev < 2^20 and rest <= W... see below
+	if r != 0 {
+		q++
+	}
+	if used := q + cur; used < c.limit {
+		remaining = int(c.limit - used)
+	}
+	switch {
+	case cur > 0:
+		resetAfter = int64(rest + W)
+	case s.Prev > 0:
+		resetAfter = int64(rest)
+	}
+	if !allowed {
+		retryAfter = c.retry(uint64(s.Prev), cur, uint64(n), s.Elapsed)
+	}
+	return remaining, retryAfter, resetAfter
+}
+
+// retry returns the ns until n requests would be admitted, given counts
+// prev, cur at elapsed e and no other traffic.
+func (c *Counter) retry(prev, cur, n, e uint64) int64 {
+	W, L := c.window, c.limit
+	// earliest e' in [e, W) with prev*(W-e') <= (L-cur-n)*W
+	if cur+n <= L {
+		if prev == 0 {
+			return 0
+		}
+		h, l := bits.Mul64(L-cur-n, W)
+		var slack uint64
+		if h >= prev {
+			slack = W
+		} else {
+			slack, _ = bits.Div64(h, l, prev)
+		}
+		if slack > W {
+			slack = W
+		}
+		if at := W - slack; at < W {
+			return int64(max(at, e) - e)
+		}
+	}
+	// next window: prev' = cur, cur' = 0: earliest e'' with cur*(W-e'') <= (L-n)*W
+	if cur == 0 || L-n >= cur {
+		return int64(W - e)
+	}
+	h, l := bits.Mul64(L-n, W)
+	slack, _ := bits.Div64(h, l, cur) // h < cur since L-n < cur
+	if at := W - slack; at < W {
+		return int64(W - e + at)
+	}
+	return int64(2*W - e) // the window after next is empty
+}

@@ -1,0 +1,296 @@
+// Package ring is the exact sliding-window log: per key, a ring of the last
+// Limit recorded timestamps (32-bit ticks, 4 bytes each) and one 64-bit head
+// word, updated lock-free.
+//
+// # Semantics
+//
+// A request at tick t is admitted iff fewer than Limit recorded requests
+// have ticks in the closed interval [t-Wq, t]. n requests (n <= Limit) are
+// admitted all or none: iff the n-th oldest of the last Limit recorded ticks
+// is older than t-Wq. Only admitted requests are recorded, unless Penalty is
+// set, in which case denied ones are recorded too.
+//
+// # Head word
+//
+//	 63                32 31            16 15             0
+//	+--------------------+----------------+----------------+
+//	|    last : 32       |   next : 16    |   batch : 16   |
+//	+--------------------+----------------+----------------+
+//
+// last is the tick of the newest batch of recorded requests, next the ring
+// position the next request will take (< Limit), batch the size of the
+// newest batch (1..Limit). Limit <= 65535 keeps next and batch in 16 bits,
+// and next == 0xFFFF (impossible for a live ring) marks a free record (Dead).
+//
+// # Why no reader acts on a claimed but unwritten slot
+//
+// A request claims positions [next, next+n) by one CAS of the head word that
+// also carries its tick in last. The slots themselves are written after the
+// CAS, so for a moment they still hold older ticks: the classic trap of CAS
+// rings. Here nobody reads them in that moment: the positions of the newest
+// batch are never read from the ring; a reader that needs one of them (the
+// entry it needs is among the last batch positions) takes its tick from the
+// head word's last field instead. And before any request moves the head on
+// (making the newest batch an older one that is read from the ring), it
+// first writes that batch's tick into its slots itself ("helps"), so every
+// batch but the newest is always in the ring when the head names it.
+//
+// Slots are only ever raised (CAS from a smaller to a larger tick), never
+// lowered. Because the ticks of a ring's successive batches never decrease,
+// a late writer that lost the race (or was descheduled for a while) finds a
+// value at least as new as its own and does nothing. The same holds when
+// the record was freed and given to a new key: its slots are reset to a
+// tick that is already later than anything the old key wrote (see package
+// engine), so stale writes cannot reach into the new key's window.
+//
+// Ticks are compared with wrap-around arithmetic (uint32 differences), which
+// is exact while every tick compared is less than 2^31 ticks old; package
+// engine picks the tick length so that this holds (see Resolution there).
+package ring
+
+import (
+	"sync/atomic"
+)
+
+// MaxLimit is the largest ring size.
+const MaxLimit = 0xFFFF
+
+// Dead is the head word of a record that holds no key.
+const Dead = uint64(0xFFFF) << 16
+
+// Pack builds a head word.
+func Pack(last, next, batch uint32) uint64 {
+	return uint64(last)<<32 | uint64(next&0xFFFF)<<16 | uint64(batch&0xFFFF)
+}
+
+// Unpack splits a head word.
+func Unpack(h uint64) (last, next, batch uint32) {
+	return uint32(h >> 32), uint32(h>>16) & 0xFFFF, uint32(h) & 0xFFFF
+}
+
+// Ring holds the parameters of one limiter.
+type Ring struct {
+	limit   uint32
+	wq      uint32 // window in ticks
+	penalty bool
+}
+
+// New returns a Ring for limit entries and a window of windowTicks ticks.
+// The caller validates 1 <= limit <= MaxLimit and 1 <= windowTicks < 2^30.
+func New(limit int, windowTicks uint32, penalty bool) Ring {
+	return Ring{limit: uint32(limit), wq: windowTicks, penalty: penalty}
+}
+
+// Status is the outcome of Take.
+type Status uint8
+
+const (
+	Denied  Status = iota // not admitted (recorded only in Penalty mode)
+	Allowed               // admitted and recorded
+	Stale                 // the record is free or belongs to another key: look the key up again
+)
+
+// Outcome describes a decision for the Decision fields. Delays are in
+// ticks from the request's (unclamped) now.
+type Outcome struct {
+	Remaining  uint32
+	RetryAfter uint32 // when denied: ticks until n requests would pass
+	ResetAfter uint32 // ticks until no recorded request is in the window
+}
+
+// inWindow reports whether tick ts counts at tick t.
+func (r *Ring) inWindow(t, ts uint32) bool { return t-ts <= r.wq }
+
+// at returns the tick of the k-th oldest of the last Limit entries of the
+// ring whose head fields are given (k in [0, Limit)).
+func (r *Ring) at(slots []atomic.Uint32, last, next, batch, k uint32) uint32 {
+	if k >= r.limit-batch {
+		return last // newest batch: from the head word, never from its slots
+	}
+	p := next + k
+	if p >= r.limit {
+		p -= r.limit
+	}
+	return slots[p].Load()
+}
+
+// raise writes tick ts into count slots from position pos, except where a
+// slot already holds ts or a later tick.
+func raise(slots []atomic.Uint32, pos, count, limit, ts uint32) {
+	for i := uint32(0); i < count; i++ {
+		s := &slots[pos]
+		for {
+			c := s.Load()
+			if int32(ts-c) <= 0 || s.CompareAndSwap(c, ts) {
+				break
+			}
+		}
+		if pos++; pos == limit {
+			pos = 0
+		}
+	}
+}
+
+// Take decides n requests (1 <= n <= Limit) at tick now for the record with
+// head word head, identity word id (expected to hold hash) and slots. With
+// detail it also computes the Outcome (a binary search over the ring);
+// without, the Outcome is zero.
+func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now, n uint32, detail bool) (Status, Outcome) {
+	L := r.limit
+	for {
+		v := head.Load()
+		if v == Dead || id.Load() != hash {
+			return Stale, Outcome{}
+		}
+		last, next, batch := Unpack(v)
+		t := now
+		if int32(t-last) < 0 {
+			t = last // time never goes back for a key: the ring stays sorted
+		}
+		old := r.at(slots, last, next, batch, n-1)
+		ok := !r.inWindow(t, old)
+		var out Outcome
+		if detail {
+			out = r.describe(slots, last, next, batch, now, t, n, ok, ok || r.penalty)
+		}
+		if !ok && !r.penalty {
+			// The slots read above are stable while the head is v (only the
+			// newest batch's slots change, and those were not read): the
+			// decision holds at the moment of the slot load iff the head is
+			// still v now. Head words never repeat (last never decreases, and
+			// a full lap needs last to move past the window), so no ABA.
+			if head.Load() != v {
+				continue
+			}
+			return Denied, out
+		}
+		if batch > 0 {
+			start := next + L - batch
+			if start >= L {
+				start -= L
+			}
+			raise(slots, start, batch, L, last) // help: the newest batch becomes an older one
+		}
+		nn := next + n
+		if nn >= L {
+			nn -= L
+		}
+		if !head.CompareAndSwap(v, Pack(t, nn, n)) {
+			continue
+		}
+		raise(slots, next, n, L, t) // eager write, so the next claimer's help is loads only
+		if ok {
+			return Allowed, out
+		}
+		return Denied, out
+	}
+}
+
+// Peek decides one request at tick now without recording anything.
+func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now uint32) (Status, Outcome) {
+	for {
+		v := head.Load()
+		if v == Dead || id.Load() != hash {
+			return Stale, Outcome{}
+		}
+		last, next, batch := Unpack(v)
+		t := now
+		if int32(t-last) < 0 {
+			t = last
+		}
+		ok := !r.inWindow(t, r.at(slots, last, next, batch, 0))
+		out := r.describe(slots, last, next, batch, now, t, 1, ok, false)
+		if head.Load() != v {
+			continue
+		}
+		if ok {
+			return Allowed, out
+		}
+		return Denied, out
+	}
+}
+
+// describe computes the Outcome of deciding n requests at effective tick t
+// (>= now) on the ring state (last, next, batch). admitted says whether they
+// pass, recorded whether they are written (admitted, or Penalty mode).
+func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n uint32, admitted, recorded bool) Outcome {
+	L := r.limit
+	// first k whose entry is in the window: entries are sorted oldest first
+	lo, hi := uint32(0), L
+	for lo < hi {
+		m := lo + (hi-lo)/2
+		if r.inWindow(t, r.at(slots, last, next, batch, m)) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	count := L - lo // recorded requests in [t-W, t] before this decision
+	var out Outcome
+	after := count
+	var newest uint32
+	hasNewest := count > 0
+	if hasNewest {
+		newest = last
+	}
+	switch {
+	case recorded && admitted:
+		after = count + n // the n entries displaced were all outside the window
+		newest, hasNewest = t, true
+	case recorded: // penalty: the n oldest are displaced, some may be inside
+		displacedIn := uint32(0)
+		if n > L-count {
+			displacedIn = n - (L - count)
+		}
+		after = count + n - displacedIn
+		newest, hasNewest = t, true
+		// oldest-needed of the new state: old entry 2n-1, or t
+		need := t
+		if 2*n-1 < L {
+			need = r.at(slots, last, next, batch, 2*n-1)
+		}
+		out.RetryAfter = need + r.wq + 1 - now
+	case !admitted:
+		out.RetryAfter = r.at(slots, last, next, batch, n-1) + r.wq + 1 - now
+	}
+	if after < L {
+		out.Remaining = L - after
+	}
+	if hasNewest {
+		out.ResetAfter = newest + r.wq + 1 - now
+	}
+	return out
+}
+
+// First initialises the slots of a record for a new key whose first n
+// requests (n <= Limit: always admitted on an empty ring) arrive at tick now,
+// and returns the head word to store. Every slot gets now-Wq-1: outside the
+// window from now on, and not older than anything a previous owner of the
+// record wrote (the engine reuses a record only when that holds).
+func (r *Ring) First(slots []atomic.Uint32, now, n uint32) uint64 {
+	empty := now - r.wq - 1
+	for i := range slots {
+		slots[i].Store(empty)
+	}
+	next := n
+	if next == r.limit {
+		next = 0
+	}
+	return Pack(now, next, n)
+}
+
+// Idle reports whether head word h holds nothing that counts at tick now.
+func (r *Ring) Idle(h uint64, now uint32) bool {
+	if h == Dead {
+		return false
+	}
+	last, _, _ := Unpack(h)
+	age := int32(now - last)
+	return age > int32(r.wq)
+}
+
+// ReadyAt returns the tick from which head word h holds nothing.
+func (r *Ring) ReadyAt(h uint64) uint32 {
+	last, _, _ := Unpack(h)
+	return last + r.wq + 1
+}

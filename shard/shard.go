@@ -1,0 +1,462 @@
+// Package shard is the key table: keys are hashed with a seeded xxhash, the
+// hash picks one of a power-of-two number of shards, and each shard maps the
+// hash to a record in its slab.
+//
+// # Identity
+//
+// A key's identity is its 64-bit seeded hash; the key bytes are not kept.
+// Two keys collide only if their 64-bit hashes are equal: with n keys the
+// chance that any two of them collide is about n^2 / 2^65, which is 2.7e-6
+// at 10 million keys (they would then share one limit). The seed is random
+// per Table, so nobody can craft keys that collide with a victim's.
+//
+// # Layout, and why it is pointer-free
+//
+// A record is two words: the algorithm's state word and the key's hash.
+// Records (and, for SlidingLog, their rings of uint32 ticks) live in chunks
+// allocated as plain []atomic.Uint64 / []atomic.Uint32 arrays, which hold no
+// pointers, so the garbage collector never scans key state: 10 million keys
+// are a few thousand chunk headers to the GC, not 10 million objects.
+//
+// The index of a shard is an open-addressing table of uint32 entries
+// (linear probing): an 8-bit tag from the hash and a 24-bit record
+// reference. The tag spares most probes a look at the record; the record's
+// full hash confirms a match. 4-byte entries at a load factor between 0.4
+// and 0.8 cost 5 to 10 bytes per key.
+//
+// We measured the alternative, github.com/puzpuzpuz/xsync/v3 MapOf keyed by
+// the hash (see bench and RESULTS.md): it is a fine concurrent map, but each
+// of its entries is a heap object the GC must scan, and its buckets are
+// larger than 4 bytes per key, so the pointer-free table wins on GC scan
+// work and memory, and is not slower on lookups.
+//
+// # Concurrency
+//
+// Lookups take no lock: they load the shard's current index (an atomic
+// pointer), probe it with atomic loads, and confirm the record's hash.
+// Inserts, removals, index growth and sweeps of a shard happen under that
+// shard's mutex. Growth builds a new index and publishes it with one atomic
+// store; a reader still probing the old one may miss a key inserted after
+// the copy, and a reader may miss a key while a removal shifts entries back.
+// Such a miss is never final: callers treat a miss as "take the lock and
+// look again" before inserting, so one key never gets two records.
+//
+// Records are recycled through a free list. The Table hands out, takes back
+// and scans records; deciding when a record may be reused (it must hold
+// nothing that counts any more) is the caller's job (package engine).
+package shard
+
+import (
+	crand "crypto/rand"
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// CacheLine is the padding unit for fields written by one core and read by
+// others. 64 bytes is the line size of x86-64 and of most arm64 cores; two
+// shards' mutexes never share a line, so inserts in one shard do not slow
+// lookups in its neighbour.
+const CacheLine = 64
+
+// MaxRecordsPerShard is the largest number of records a shard can address
+// (24-bit references, 0 reserved for an empty index entry).
+const MaxRecordsPerShard = 1<<24 - 2
+
+// Record is one key's state: the algorithm's word and the key's hash.
+type Record struct {
+	State atomic.Uint64
+	Hash  atomic.Uint64
+}
+
+// RecordBytes is the size of a Record.
+const RecordBytes = int(unsafe.Sizeof(Record{}))
+
+// chunk is a block of records and their rings. Both slices point to arrays
+// without pointers.
+type chunk struct {
+	recs  []Record
+	slots []atomic.Uint32
+}
+
+type index struct {
+	e    []atomic.Uint32
+	mask uint32
+}
+
+const (
+	tagShift = 24
+	refMask  = 1<<tagShift - 1
+	minIndex = 16
+)
+
+// Config sizes a Table.
+type Config struct {
+	Shards       int    // power of two
+	MaxKeys      int    // bound on records in the whole table (split evenly over shards)
+	SlotsPer     int    // uint32 slots per record (SlidingLog ring size), 0 for none
+	Free         uint64 // State word of a record that holds no key
+	ChunkBytes   int    // target bytes per chunk; 0 means 64 KiB
+	PreallocKeys int    // records to allocate up front (rounded to chunks); 0 for none
+}
+
+// Table is a sharded key table. All methods are safe for concurrent use.
+type Table struct {
+	shards     []Shard
+	mask       uint64
+	seed       uint64
+	slotsPer   uint32
+	chunkShift uint32
+	chunkMask  uint32
+	perShard   uint32
+	free       uint64
+}
+
+// Shard is one shard of a Table.
+type Shard struct {
+	// Read by every lookup, written only under mu (and rarely): index
+	// growth and chunk allocation.
+	index  atomic.Pointer[index]
+	chunks []atomic.Pointer[chunk]
+	_      [CacheLine - unsafe.Sizeof(atomic.Pointer[index]{}) - unsafe.Sizeof([]atomic.Pointer[chunk]{})]byte
+
+	// Writer side, under mu.
+	mu        sync.Mutex
+	live      atomic.Int64 // records holding a key (read without the lock by Len)
+	bytes     atomic.Int64 // bytes of chunks and index
+	used      uint32       // index entries in use
+	allocated uint32       // records handed out of chunks so far (bump pointer)
+	free      []Deferred   // records reusable now (ReadyAt is when they became so)
+	deferred  []Deferred   // records reusable from a given time on
+	cursor    uint32       // where the next reclaim scan starts
+	idleHint  int64        // caller's note: no idle record expected before this time
+	_         [CacheLine - (unsafe.Sizeof(sync.Mutex{})+2*8+2*4+2*unsafe.Sizeof([]uint32{})+4)%CacheLine]byte
+}
+
+// Deferred is a freed record that may be reused from ReadyAt on.
+type Deferred struct {
+	Ref     uint32
+	ReadyAt int64
+}
+
+// New returns an empty Table.
+func New(c Config) *Table {
+	var seed [8]byte
+	_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
+	n := c.Shards
+	per := (c.MaxKeys + n - 1) / n
+	per = max(1, min(per, MaxRecordsPerShard))
+	recBytes := RecordBytes + 4*c.SlotsPer
+	cb := c.ChunkBytes
+	if cb <= 0 {
+		cb = 64 << 10
+	}
+	rpc := 1
+	for rpc*2*recBytes <= cb && rpc*2 <= per {
+		rpc *= 2
+	}
+	shift := uint32(0)
+	for 1<<shift < rpc {
+		shift++
+	}
+	t := &Table{
+		shards:     make([]Shard, n),
+		mask:       uint64(n - 1),
+		seed:       binary.LittleEndian.Uint64(seed[:]),
+		slotsPer:   uint32(c.SlotsPer),
+		chunkShift: shift,
+		chunkMask:  uint32(rpc - 1),
+		perShard:   uint32(per),
+		free:       c.Free,
+	}
+	nchunks := (per + rpc - 1) / rpc
+	pre := (c.PreallocKeys + n - 1) / n
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.chunks = make([]atomic.Pointer[chunk], nchunks)
+		ix := newIndex(minIndex)
+		s.index.Store(ix)
+		s.bytes.Store(int64(4 * len(ix.e)))
+		for int(s.allocatedCap(t)) < pre && s.growChunks(t) {
+		}
+	}
+	return t
+}
+
+func newIndex(size int) *index {
+	return &index{e: make([]atomic.Uint32, size), mask: uint32(size - 1)}
+}
+
+// Hash returns the seeded 64-bit hash of key. It does not allocate.
+func (t *Table) Hash(key string) uint64 {
+	var d xxhash.Digest
+	d.ResetWithSeed(t.seed)
+	_, _ = d.WriteString(key)
+	return d.Sum64()
+}
+
+// Shard returns the shard of hash h.
+func (t *Table) Shard(h uint64) *Shard { return &t.shards[h&t.mask] }
+
+// Shards returns the number of shards.
+func (t *Table) Shards() int { return len(t.shards) }
+
+// ShardAt returns shard i.
+func (t *Table) ShardAt(i int) *Shard { return &t.shards[i] }
+
+// Capacity returns the bound on records (per shard bound times shards).
+func (t *Table) Capacity() int { return int(t.perShard) * len(t.shards) }
+
+// SlotsPer returns the ring size per record.
+func (t *Table) SlotsPer() int { return int(t.slotsPer) }
+
+// home and tag of a hash. The shard uses the low bits, the home slot bits
+// 20 and up, the tag the top 8 bits: independent for any table size.
+func home(h uint64) uint32 { return uint32(h >> 20) }
+func tag(h uint64) uint32  { return uint32(h>>56) << tagShift }
+
+// Record returns record ref of shard s and its ring slots.
+func (t *Table) Record(s *Shard, ref uint32) (*Record, []atomic.Uint32) {
+	c := s.chunks[ref>>t.chunkShift].Load()
+	o := ref & t.chunkMask
+	if t.slotsPer == 0 {
+		return &c.recs[o], nil
+	}
+	lo := o * t.slotsPer
+	return &c.recs[o], c.slots[lo : lo+t.slotsPer : lo+t.slotsPer]
+}
+
+// Lookup finds the record of hash h without taking a lock. A miss is not
+// final (see the package doc): confirm it under the shard's lock with Find.
+func (t *Table) Lookup(h uint64) (*Shard, *Record, []atomic.Uint32) {
+	s := &t.shards[h&t.mask]
+	ix := s.index.Load()
+	tg := tag(h)
+	for i := home(h) & ix.mask; ; i = (i + 1) & ix.mask {
+		e := ix.e[i].Load()
+		if e == 0 {
+			return s, nil, nil
+		}
+		if e&^refMask == tg {
+			rec, slots := t.Record(s, e&refMask-1)
+			if rec.Hash.Load() == h {
+				return s, rec, slots
+			}
+		}
+	}
+}
+
+// Lock and Unlock guard the shard's writer side: Find, Alloc, Insert,
+// Remove, Release, Scan.
+func (s *Shard) Lock()   { s.mu.Lock() }
+func (s *Shard) Unlock() { s.mu.Unlock() }
+
+// Len returns the records of s that hold a key.
+func (s *Shard) Len() int { return int(s.live.Load()) }
+
+// Bytes returns the bytes s has allocated for chunks and its index.
+func (s *Shard) Bytes() int64 { return s.bytes.Load() }
+
+// Find looks h up under the lock. It returns the record reference.
+func (t *Table) Find(s *Shard, h uint64) (ref uint32, ok bool) {
+	ix := s.index.Load()
+	tg := tag(h)
+	for i := home(h) & ix.mask; ; i = (i + 1) & ix.mask {
+		e := ix.e[i].Load()
+		if e == 0 {
+			return 0, false
+		}
+		if e&^refMask == tg {
+			ref := e&refMask - 1
+			if rec, _ := t.Record(s, ref); rec.Hash.Load() == h {
+				return ref, true
+			}
+		}
+	}
+}
+
+func (s *Shard) allocatedCap(t *Table) uint32 {
+	n := uint32(0)
+	for i := range s.chunks {
+		if s.chunks[i].Load() == nil {
+			break
+		}
+		n += t.chunkMask + 1
+	}
+	return n
+}
+
+// growChunks allocates the next chunk; false when the shard is at its bound.
+func (s *Shard) growChunks(t *Table) bool {
+	for i := range s.chunks {
+		if s.chunks[i].Load() != nil {
+			continue
+		}
+		rpc := int(t.chunkMask + 1)
+		c := &chunk{recs: make([]Record, rpc)}
+		if t.slotsPer > 0 {
+			c.slots = make([]atomic.Uint32, rpc*int(t.slotsPer))
+		}
+		if t.free != 0 {
+			for j := range c.recs {
+				c.recs[j].State.Store(t.free)
+			}
+		}
+		s.chunks[i].Store(c)
+		s.bytes.Add(int64(rpc * (RecordBytes + 4*int(t.slotsPer))))
+		return true
+	}
+	return false
+}
+
+// Alloc hands out a record for a new key: a freed one, a deferred one whose
+// time has come, or a fresh one while the shard is below its bound. readyAt
+// is the time from which the record's previous owner holds nothing (0 for a
+// fresh record); the caller must not date the new key's state earlier. ok
+// is false when none is available (the caller may reclaim an idle record).
+func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) {
+	if n := len(s.free); n > 0 {
+		d := s.free[n-1]
+		s.free = s.free[:n-1]
+		return d.Ref, d.ReadyAt, true
+	}
+	for i, d := range s.deferred {
+		if d.ReadyAt <= now {
+			s.deferred[i] = s.deferred[len(s.deferred)-1]
+			s.deferred = s.deferred[:len(s.deferred)-1]
+			return d.Ref, d.ReadyAt, true
+		}
+	}
+	if s.allocated < t.perShard {
+		if c := s.chunks[s.allocated>>t.chunkShift].Load(); c == nil && !s.growChunks(t) {
+			return 0, 0, false
+		}
+		ref = s.allocated
+		s.allocated++
+		return ref, 0, true
+	}
+	return 0, 0, false
+}
+
+// IdleHint and SetIdleHint keep the caller's note of the earliest time an
+// idle record may appear in s, so that a full shard is not rescanned in
+// vain for every new key. Under the lock.
+func (s *Shard) IdleHint() int64     { return s.idleHint }
+func (s *Shard) SetIdleHint(t int64) { s.idleHint = t }
+
+// Deferred returns the number of records waiting to become reusable.
+func (s *Shard) DeferredLen() int { return len(s.deferred) }
+
+// Insert adds h -> ref to the index of s, growing it past a load of 0.8.
+func (t *Table) Insert(s *Shard, h uint64, ref uint32) {
+	ix := s.index.Load()
+	if (s.used+1)*5 > uint32(len(ix.e))*4 {
+		ix = s.grow(ix, t)
+	}
+	i := home(h) & ix.mask
+	for ix.e[i].Load() != 0 {
+		i = (i + 1) & ix.mask
+	}
+	ix.e[i].Store(tag(h) | (ref + 1))
+	s.used++
+	s.live.Add(1)
+}
+
+// grow doubles the index. The new one is filled before it is published, so
+// lookups see either the complete old index or the complete new one.
+func (s *Shard) grow(old *index, t *Table) *index {
+	ix := newIndex(2 * len(old.e))
+	for i := range old.e {
+		e := old.e[i].Load()
+		if e == 0 {
+			continue
+		}
+		rec, _ := t.Record(s, e&refMask-1)
+		j := home(rec.Hash.Load()) & ix.mask
+		for ix.e[j].Load() != 0 {
+			j = (j + 1) & ix.mask
+		}
+		ix.e[j].Store(e)
+	}
+	s.index.Store(ix)
+	s.bytes.Add(int64(4 * (len(ix.e) - len(old.e))))
+	return ix
+}
+
+// Remove deletes h -> ref from the index of s (backward-shift deletion, so
+// no tombstones accumulate under key churn). The record itself is left to
+// the caller, who must Release it.
+func (t *Table) Remove(s *Shard, h uint64, ref uint32) bool {
+	ix := s.index.Load()
+	want := tag(h) | (ref + 1)
+	i := home(h) & ix.mask
+	for {
+		e := ix.e[i].Load()
+		if e == 0 {
+			return false
+		}
+		if e == want {
+			break
+		}
+		i = (i + 1) & ix.mask
+	}
+	// Shift later entries of the cluster back into the hole. Each entry is
+	// copied before its old place is reused, so a concurrent probe never
+	// meets an empty slot inside the cluster before the final one.
+	hole := i
+	for j := (i + 1) & ix.mask; ; j = (j + 1) & ix.mask {
+		e := ix.e[j].Load()
+		if e == 0 {
+			break
+		}
+		rec, _ := t.Record(s, e&refMask-1)
+		k := home(rec.Hash.Load()) & ix.mask
+		// e may move to the hole iff its home is not in (hole, j] cyclically.
+		if (j > hole && (k <= hole || k > j)) || (j < hole && k <= hole && k > j) {
+			ix.e[hole].Store(e)
+			hole = j
+		}
+	}
+	ix.e[hole].Store(0)
+	s.used--
+	s.live.Add(-1)
+	return true
+}
+
+// Release returns a record whose key was removed from the index: reusable
+// at once when readyAt <= now, else from readyAt on.
+func (t *Table) Release(s *Shard, ref uint32, readyAt, now int64) {
+	if readyAt <= now {
+		s.free = append(s.free, Deferred{Ref: ref, ReadyAt: readyAt})
+		return
+	}
+	s.deferred = append(s.deferred, Deferred{Ref: ref, ReadyAt: readyAt})
+}
+
+// Scan visits up to budget handed-out records of s starting at its scan
+// cursor, calling fn with each record's reference; fn returns false to stop
+// early. It returns the number visited. Under the lock.
+func (t *Table) Scan(s *Shard, budget int, fn func(ref uint32) bool) int {
+	n := int(s.allocated)
+	if n == 0 {
+		return 0
+	}
+	budget = min(budget, n)
+	for i := 0; i < budget; i++ {
+		if s.cursor >= s.allocated {
+			s.cursor = 0
+		}
+		ref := s.cursor
+		s.cursor++
+		if !fn(ref) {
+			return i + 1
+		}
+	}
+	return budget
+}
+
+// Allocated returns how many records of s have been handed out so far.
+func (s *Shard) Allocated() int { return int(s.allocated) }
