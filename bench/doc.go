@@ -9,7 +9,8 @@
 //   - BenchmarkAllow: one hot key mostly allowed (hot=allowed) or over its
 //     limit (hot=denied); 1k, 100k and 1M existing keys with uniform and
 //     Zipf (s = 1.1) access; 10M keys only with -bench.big or
-//     SLIDELIMIT_BENCH_BIG=1 (about 2 GB of memory and a minute per run).
+//     SLIDELIMIT_BENCH_BIG=1 (about 2 GB of memory and a minute per run);
+//     1M not under -short (the CI smoke run).
 //   - BenchmarkAllowParallel: RunParallel over 100k keys (distinct) and on
 //     one shared key (hotkey, CAS contention). Vary cores with -cpu=1,2.
 //   - BenchmarkAllowN, BenchmarkPeek: the other entry points.
