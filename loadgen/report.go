@@ -1,0 +1,240 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"strings"
+)
+
+// WriteJSON writes r as indented JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("loadgen: writing JSON: %w", err)
+	}
+	return nil
+}
+
+// WriteHTML writes a self-contained report: the verdict, the figures, and
+// two inline SVG charts (latency over time, the percentile curve). It
+// loads nothing from anywhere, so it opens from disk in any browser. The
+// markup is also well-formed XML.
+func (r *Result) WriteHTML(w io.Writer) error {
+	var verdict strings.Builder
+	if err := r.WriteVerdict(&verdict); err != nil {
+		return err
+	}
+	data := struct {
+		R        *Result
+		Verdict  string
+		Timeline template.HTML
+		Curve    template.HTML
+	}{r, verdict.String(), template.HTML(timelineSVG(r)), template.HTML(curveSVG(r))}
+	if err := reportTmpl.Execute(w, data); err != nil {
+		return fmt.Errorf("loadgen: writing HTML: %w", err)
+	}
+	return nil
+}
+
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
+	"dur": FormatDuration,
+}).Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8"/>
+<title>slidelimit load test</title>
+<style>
+body { font-family: sans-serif; margin: 2em; color: #222; }
+pre { background: #f6f6f6; padding: 1em; overflow-x: auto; }
+table { border-collapse: collapse; margin: 1em 0; }
+td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
+.pass { color: #060; font-weight: bold; }
+.fail { color: #a00; font-weight: bold; }
+.info { color: #666; }
+svg { background: #fff; border: 1px solid #ddd; }
+</style>
+</head>
+<body>
+<h1>slidelimit load test</h1>
+{{if .R.Interrupted}}<p class="fail">Interrupted: the figures cover the part that ran.</p>{{end}}
+<p>{{.R.Config.Mode}} loop, {{.R.Config.Dist}} keys, target {{.R.Config.Target}}, started {{.R.StartedAt.Format "2006-01-02 15:04:05 UTC"}}.
+{{if .R.Command}}Command: <code>{{.R.Command}}</code>{{end}}</p>
+<table>
+<tr><th>check</th><th>objective</th><th>measured</th><th>result</th><th>note</th></tr>
+{{range .R.Verdict}}<tr><td>{{.Name}}</td><td>{{.Objective}}</td><td>{{.Measured}}</td>{{if not .Counted}}<td class="info">info</td>{{else if .Pass}}<td class="pass">PASS</td>{{else}}<td class="fail">FAIL</td>{{end}}<td>{{.Note}}</td></tr>
+{{end}}</table>
+<h2>Latency over time</h2>
+<p>Per interval: p50, p99, p99.9 and max of the latency{{if eq .R.Config.Mode "open"}} measured from each request's intended start{{end}}; the shaded part is the warm-up; the dashed line is the P99 objective.</p>
+{{.Timeline}}
+<h2>Percentile curve (steady state)</h2>
+{{.Curve}}
+<h2>Figures</h2>
+<pre>{{.Verdict}}</pre>
+</body>
+</html>
+`))
+
+// chart maps data to a plotting area with a log-scale y axis.
+type chart struct {
+	w, h, left, right, top, bottom float64
+	x0, x1                         float64
+	ly0, ly1                       float64 // log10 of the y range
+}
+
+func (c chart) px(x float64) float64 {
+	if c.x1 == c.x0 {
+		return c.left
+	}
+	return c.left + (x-c.x0)/(c.x1-c.x0)*(c.w-c.left-c.right)
+}
+
+func (c chart) py(ns float64) float64 {
+	v := math.Log10(math.Max(ns, 1))
+	return c.h - c.bottom - (v-c.ly0)/(c.ly1-c.ly0)*(c.h-c.top-c.bottom)
+}
+
+func newChart(x0, x1, ymin, ymax float64) chart {
+	ly0 := math.Floor(math.Log10(math.Max(ymin, 1)))
+	ly1 := math.Ceil(math.Log10(math.Max(ymax, 10)))
+	if ly1 <= ly0 {
+		ly1 = ly0 + 1
+	}
+	return chart{w: 900, h: 360, left: 70, right: 110, top: 20, bottom: 40, x0: x0, x1: x1, ly0: ly0, ly1: ly1}
+}
+
+func (c chart) open(b *strings.Builder) {
+	fmt.Fprintf(b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="sans-serif" font-size="11">`, c.w, c.h, c.w, c.h)
+	// y grid: one line per decade.
+	for e := c.ly0; e <= c.ly1; e++ {
+		y := c.py(math.Pow(10, e))
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`, c.left, y, c.w-c.right, y)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`, c.left-5, y+4, FormatDuration(int64(math.Pow(10, e))))
+	}
+	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, c.left, c.top, c.w-c.left-c.right, c.h-c.top-c.bottom)
+}
+
+func (c chart) line(b *strings.Builder, xs, ys []float64, color, label string, dashed bool) {
+	if len(xs) == 0 {
+		return
+	}
+	var pts strings.Builder
+	for i := range xs {
+		fmt.Fprintf(&pts, "%.1f,%.1f ", c.px(xs[i]), c.py(ys[i]))
+	}
+	dash := ""
+	if dashed {
+		dash = ` stroke-dasharray="6,4"`
+	}
+	fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.5"%s points="%s"/>`, color, dash, strings.TrimSpace(pts.String()))
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`, c.w-c.right+5, c.py(ys[len(ys)-1])+4, color, template.HTMLEscapeString(label))
+}
+
+func timelineSVG(r *Result) string {
+	var b strings.Builder
+	if len(r.Series) == 0 {
+		return "<p>No data.</p>"
+	}
+	ymin, ymax := math.Inf(1), 0.0
+	for _, p := range r.Series {
+		if p.P50 > 0 {
+			ymin = math.Min(ymin, float64(p.P50))
+		}
+		ymax = math.Max(ymax, float64(p.Max))
+	}
+	ymax = math.Max(ymax, float64(r.Config.ObjP99Ns))
+	if math.IsInf(ymin, 1) {
+		ymin = 1
+	}
+	last := r.Series[len(r.Series)-1].TS
+	c := newChart(0, last, ymin, ymax)
+	c.open(&b)
+	// Shade the warm-up.
+	warm := 0.0
+	for _, p := range r.Series {
+		if !p.Steady {
+			warm = p.TS
+		}
+	}
+	if warm > 0 {
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#f0f0f0"/>`, c.left, c.top, c.px(warm)-c.left, c.h-c.top-c.bottom)
+	}
+	for t := 0.0; t <= last; t += tickStep(last) {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%gs</text>`, c.px(t), c.h-c.bottom+15, t)
+	}
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">time since start</text>`, (c.left+c.w-c.right)/2, c.h-5)
+	xs := make([]float64, len(r.Series))
+	get := func(f func(Point) int64) []float64 {
+		ys := make([]float64, len(r.Series))
+		for i, p := range r.Series {
+			xs[i] = p.TS
+			ys[i] = float64(f(p))
+		}
+		return ys
+	}
+	c.line(&b, xs, get(func(p Point) int64 { return p.Max }), "#d62728", "max", false)
+	c.line(&b, xs, get(func(p Point) int64 { return p.P999 }), "#ff7f0e", "p99.9", false)
+	c.line(&b, xs, get(func(p Point) int64 { return p.P99 }), "#1f77b4", "p99", false)
+	c.line(&b, xs, get(func(p Point) int64 { return p.P50 }), "#2ca02c", "p50", false)
+	obj := float64(r.Config.ObjP99Ns)
+	c.line(&b, []float64{0, last}, []float64{obj, obj}, "#000", "P99 objective", true)
+	b.WriteString(`</svg>`)
+	return b.String()
+}
+
+func tickStep(span float64) float64 {
+	for _, s := range []float64{1, 2, 5, 10, 20, 30, 60, 120, 300, 600} {
+		if span/s <= 12 {
+			return s
+		}
+	}
+	return 1200
+}
+
+func curveSVG(r *Result) string {
+	if len(r.Percentiles) == 0 {
+		return "<p>No steady-state data.</p>"
+	}
+	// x is the number of nines: 0 for p0, 1 for p90, 2 for p99, ...; the
+	// maximum is drawn one step past the last percentile.
+	nines := func(q float64) float64 { return -math.Log10(1 - q/100) }
+	var xs, ys []float64
+	ymin, ymax := math.Inf(1), 0.0
+	for i, q := range r.Percentiles {
+		x := 0.0
+		if q.Q >= 100 {
+			if i > 0 {
+				x = xs[i-1] + 0.5
+			}
+		} else {
+			x = nines(q.Q)
+		}
+		xs = append(xs, x)
+		ys = append(ys, float64(q.Ns))
+		if q.Ns > 0 {
+			ymin = math.Min(ymin, float64(q.Ns))
+		}
+		ymax = math.Max(ymax, float64(q.Ns))
+	}
+	ymax = math.Max(ymax, float64(r.Config.ObjP99Ns))
+	if math.IsInf(ymin, 1) {
+		ymin = 1
+	}
+	var b strings.Builder
+	c := newChart(0, math.Max(xs[len(xs)-1], 1), ymin, ymax)
+	c.open(&b)
+	labels := []string{"0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%", "99.99999%"}
+	for n := 0; n < len(labels) && float64(n) <= c.x1; n++ {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, c.px(float64(n)), c.h-c.bottom+15, labels[n])
+	}
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">percentile (the last point is the maximum)</text>`, (c.left+c.w-c.right)/2, c.h-5)
+	c.line(&b, xs, ys, "#1f77b4", "latency", false)
+	obj := float64(r.Config.ObjP99Ns)
+	c.line(&b, []float64{0, c.x1}, []float64{obj, obj}, "#000", "P99 objective", true)
+	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="2,3"/>`, c.px(2), c.top, c.px(2), c.h-c.bottom)
+	b.WriteString(`</svg>`)
+	return b.String()
+}
