@@ -238,3 +238,70 @@ func curveSVG(r *Result) string {
 	b.WriteString(`</svg>`)
 	return b.String()
 }
+
+// WriteMarkdown writes the figures as a markdown fragment for RESULTS.md:
+// the command, the machine, the latency percentiles, the GC figures, the
+// achieved rate and the verdict rows.
+func (r *Result) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	s, g, l := r.Steady, r.GC, r.Steady.Latency
+	b.WriteString("## Load test\n\n")
+	if r.Command != "" {
+		fmt.Fprintf(&b, "Command: `%s`", r.Command)
+	}
+	if r.Note != "" {
+		fmt.Fprintf(&b, " (%s)", r.Note)
+	}
+	fmt.Fprintf(&b, "\n\nMachine: %s/%s, %s, %d CPUs, GOMAXPROCS %d, %s; run started %s.\n\n",
+		r.Machine.GOOS, r.Machine.GOARCH, r.Machine.CPU, r.Machine.NumCPU, r.Machine.GOMAXPROCS, r.Machine.GoVersion,
+		r.StartedAt.Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "Scenario: %s loop, %s keys", r.Config.Mode, r.Config.Dist)
+	if r.Config.Keys > 0 {
+		fmt.Fprintf(&b, " (%d keys", r.Config.Keys)
+		if r.Config.ZipfS > 0 {
+			fmt.Fprintf(&b, ", s = %g", r.Config.ZipfS)
+		}
+		b.WriteString(")")
+	}
+	if r.Config.Algorithm != "" {
+		fmt.Fprintf(&b, ", %s limit %d per %gs", r.Config.Algorithm, r.Config.Limit, r.Config.WindowS)
+	}
+	fmt.Fprintf(&b, ", target %s, %d senders, %gs warm-up, %.1fs measured", r.Config.Target, r.Config.Concurrency, r.Config.WarmupS, s.DurationS)
+	if r.Interrupted {
+		b.WriteString(" (interrupted)")
+	}
+	b.WriteString(".\n\n| figure | value |\n|---|---|\n")
+	if s.TargetRate > 0 {
+		fmt.Fprintf(&b, "| rate achieved / target | %.0f / %.0f requests/s |\n", s.AchievedRate, s.TargetRate)
+	} else {
+		fmt.Fprintf(&b, "| rate achieved | %.0f requests/s |\n", s.AchievedRate)
+	}
+	fmt.Fprintf(&b, "| requests (allowed / denied / errors) | %d (%d / %d / %d) |\n", s.Sent, s.Allowed, s.Denied, s.Errors)
+	fmt.Fprintf(&b, "| latency p50 / p90 / p99 / p99.9 / max | %s / %s / %s / %s / %s |\n",
+		FormatDuration(l.P50), FormatDuration(l.P90), FormatDuration(l.P99), FormatDuration(l.P999), FormatDuration(l.Max))
+	if v := s.Service; v.Count > 0 && r.Config.Mode == OpenLoop.String() {
+		fmt.Fprintf(&b, "| service time (the call alone) p50 / p99 / max | %s / %s / %s |\n", FormatDuration(v.P50), FormatDuration(v.P99), FormatDuration(v.Max))
+	}
+	fmt.Fprintf(&b, "| GC cycles / pauses in steady state | %d / %d |\n", g.Cycles, g.Pauses)
+	fmt.Fprintf(&b, "| GC pause p99 / max (bucket upper bounds) | %s / %s |\n", FormatDuration(g.PauseP99Ns), FormatDuration(g.PauseMaxNs))
+	fmt.Fprintf(&b, "| GC CPU share | %.2f %% |\n", 100*g.CPUShare)
+	fmt.Fprintf(&b, "| live heap start / end (growth) | %s / %s (%+.2f %%) |\n", formatBytes(g.HeapLiveStart), formatBytes(g.HeapLiveEnd), g.HeapGrowthPct)
+	b.WriteString("\n| check | objective | measured | result |\n|---|---|---|---|\n")
+	for _, c := range r.Verdict {
+		res := "PASS"
+		switch {
+		case !c.Counted:
+			res = "info"
+		case !c.Pass:
+			res = "FAIL"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", c.Name, c.Objective, c.Measured, res)
+	}
+	verdict := "FAIL"
+	if r.Pass {
+		verdict = "PASS"
+	}
+	fmt.Fprintf(&b, "\nVerdict: **%s**. Heap growth over %.0f s is weak evidence; `make soak` measures it over 15 minutes.\n", verdict, s.DurationS)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -22,6 +22,7 @@ const ResultVersion = 1
 type Result struct {
 	Version     int          `json:"version"`
 	Command     string       `json:"command,omitempty"` // set by the caller (the command line that ran)
+	Note        string       `json:"note,omitempty"`    // set by the caller (e.g. the engine version)
 	StartedAt   time.Time    `json:"started_at"`
 	Machine     Machine      `json:"machine"`
 	Config      ConfigInfo   `json:"config"`

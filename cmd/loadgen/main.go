@@ -58,6 +58,8 @@ func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(fo
 // options are the parsed flags that are not part of loadgen.Config.
 type options struct {
 	out        string
+	md         string
+	note       string
 	pprofAddr  string
 	pprofAllow bool
 }
@@ -92,6 +94,8 @@ func parse(args []string, stderr io.Writer) (loadgen.Config, options, error) {
 	fs.Float64Var(&cfg.Objectives.HeapGrowthPct, "heap-growth", cfg.Objectives.HeapGrowthPct, "objective: live heap growth over the steady state below this many percent")
 	fs.Float64Var(&cfg.Objectives.MinRateShare, "min-rate-share", cfg.Objectives.MinRateShare, "open loop: the share of -rate that must be achieved")
 	fs.StringVar(&o.out, "out", "out/loadgen", "directory for report.json and report.html (empty: write none)")
+	fs.StringVar(&o.md, "md", "", "also write the figures as a markdown fragment to this file (for RESULTS.md)")
+	fs.StringVar(&o.note, "note", "", "free text recorded in the reports, e.g. the engine version")
 	fs.StringVar(&o.pprofAddr, "pprof", "", "serve pprof, trace and limiter stats on this address, e.g. 127.0.0.1:6060")
 	fs.BoolVar(&o.pprofAllow, "pprof-allow-remote", false, "allow -pprof on a non-loopback address")
 	quiet := fs.Bool("q", false, "no progress lines")
@@ -206,7 +210,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitError
 	}
-	res.Command = "loadgen " + strings.Join(args, " ")
+	res.Command = commandLine(args)
+	res.Note = o.note
 	if err := res.WriteVerdict(stdout); err != nil {
 		fmt.Fprintln(stderr, "loadgen:", err)
 		return exitError
@@ -217,6 +222,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitError
 		}
 		fmt.Fprintf(stdout, "report: %s, %s\n", filepath.Join(o.out, "report.html"), filepath.Join(o.out, "report.json"))
+	}
+	if o.md != "" {
+		if err := writeFile(o.md, res.WriteMarkdown); err != nil {
+			fmt.Fprintln(stderr, "loadgen:", err)
+			return exitError
+		}
+		fmt.Fprintf(stdout, "markdown: %s\n", o.md)
 	}
 	switch {
 	case res.Pass:
@@ -247,18 +259,45 @@ func writeReports(r *loadgen.Result, dir string) error {
 		"report.json": r.WriteJSON,
 		"report.html": r.WriteHTML,
 	} {
-		path := filepath.Join(dir, name)
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := write(f); err != nil {
-			f.Close()
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if err := f.Close(); err != nil {
+		if err := writeFile(filepath.Join(dir, name), write); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(path), err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// commandLine renders the invocation for the reports, quoting arguments
+// with spaces and leaving out -note (recorded separately).
+func commandLine(args []string) string {
+	parts := []string{"loadgen"}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "-note" || a == "--note" {
+			i++
+			continue
+		}
+		if strings.HasPrefix(a, "-note=") || strings.HasPrefix(a, "--note=") {
+			continue
+		}
+		if strings.ContainsAny(a, " \t\"'") {
+			a = fmt.Sprintf("%q", a)
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
 }
