@@ -312,6 +312,25 @@ func (m *Middleware) Stats() Stats {
 	return s
 }
 
+// EngineStats sums engine.Stats over the engine limiters New built for
+// rules given an engine.Config (not over rules given a ready Limiter), for
+// debug endpoints such as package pprof's /debug/limiter.
+func (m *Middleware) EngineStats() engine.Stats {
+	var s engine.Stats
+	for _, l := range m.owned {
+		o := l.Stats()
+		s.Keys += o.Keys
+		s.MaxKeys += o.MaxKeys
+		s.Allowed += o.Allowed
+		s.Denied += o.Denied
+		s.Inserts += o.Inserts
+		s.Reclaimed += o.Reclaimed
+		s.Overflow += o.Overflow
+		s.Bytes += o.Bytes
+	}
+	return s
+}
+
 // stripe picks a counter stripe. math/rand/v2's top-level functions read a
 // per-thread generator without locking, so this costs a few nanoseconds
 // and spreads concurrent requests over the stripes.

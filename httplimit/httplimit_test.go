@@ -142,6 +142,9 @@ func TestAllowedThenDeniedWithHeaders(t *testing.T) {
 	if got := m.Stats(); got != want {
 		t.Errorf("Stats = %+v, want %+v", got, want)
 	}
+	if es := m.EngineStats(); es.Allowed != 4 || es.Denied != 1 || es.Keys != 1 {
+		t.Errorf("EngineStats = %+v, want 4 allowed, 1 denied, 1 key", es)
+	}
 }
 
 func TestRetryAfterRoundsUpToAtLeastOne(t *testing.T) {
