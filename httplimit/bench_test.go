@@ -1,0 +1,93 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// fixedLimiter answers every request with one Decision, so that a
+// benchmark through it measures the middleware alone, not a backend.
+type fixedLimiter struct{ d engine.Decision }
+
+func (f fixedLimiter) AllowN(string, int) engine.Decision { return f.d }
+func (f fixedLimiter) Peek(string) engine.Decision        { return f.d }
+func (f fixedLimiter) Reset(string)                       {}
+
+// The handlers write no status: the recorder's default 200 stands, and no
+// WriteHeader call makes the recorder snapshot (clone) the header map, a
+// cost a real server does not have.
+var (
+	// noopHandler touches nothing: against it the middleware also pays for
+	// the header map's first bucket, which it is the first to write.
+	noopHandler = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	// ctHandler sets Content-Type, as every real handler or upstream does,
+	// so the header map's allocation is in the baseline too.
+	ctHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header()["Content-Type"] = ctValue
+	})
+	ctValue = []string{"text/plain; charset=utf-8"}
+)
+
+// runHandler serves one reused request into a fresh httptest.ResponseRecorder
+// per op. The recorder's own allocations are in both the bare and the
+// limited numbers, so their difference is the middleware's.
+func runHandler(b *testing.B, h http.Handler, tick func()) {
+	b.Helper()
+	req := httptest.NewRequest("GET", "/api/users", nil)
+	req.RemoteAddr = "192.0.2.1:4711"
+	var rec *httptest.ResponseRecorder
+	b.ReportAllocs()
+	for b.Loop() {
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if tick != nil {
+			tick()
+		}
+	}
+	if rec.Code != 200 {
+		b.Fatalf("status %d, want 200 (benchmark must measure the allowed path)", rec.Code)
+	}
+}
+
+// BenchmarkHandler compares a bare handler with the same handler behind the
+// middleware: once with a fixed-answer backend (the middleware's own cost:
+// rule match, socket-IP key, headers, counters) and once with the in-memory
+// engine (what a gateway pays). The engine's clock advances 2ms per request
+// so a 1000/s limit never denies.
+func BenchmarkHandler(b *testing.B) {
+	for _, hc := range []struct {
+		name string
+		h    http.Handler
+	}{{"handler=noop", noopHandler}, {"handler=content-type", ctHandler}} {
+		b.Run(hc.name+"/bare", func(b *testing.B) { runHandler(b, hc.h, nil) })
+		b.Run(hc.name+"/middleware/backend=fixed", func(b *testing.B) {
+			m, err := New(Options{Default: &Rule{
+				Name:    "default",
+				Limiter: fixedLimiter{engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}},
+				Limit:   100, Window: time.Minute,
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			runHandler(b, m.Handler(hc.h), nil)
+		})
+		for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter} {
+			b.Run(hc.name+"/middleware/backend=engine-"+alg.String(), func(b *testing.B) {
+				clk := newClock()
+				m, err := New(Options{Default: &Rule{Name: "default", Engine: engine.Config{
+					Algorithm: alg, Limit: 1000, Window: time.Second, Clock: clk,
+				}}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer m.Close()
+				runHandler(b, m.Handler(hc.h), func() { clk.Advance(2 * time.Millisecond) })
+			})
+		}
+	}
+}
