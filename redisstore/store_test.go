@@ -1,0 +1,253 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// fakeClock is a settable engine.Clock in nanoseconds.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) Now() int64     { return c.ns.Load() }
+func (c *fakeClock) set(ns int64)   { c.ns.Store(ns) }
+func (c *fakeClock) setMS(ms int64) { c.ns.Store(base + ms*int64(time.Millisecond)) }
+
+// base is an epoch-like origin (2023-11) so test timestamps look like the
+// server's TIME in µs and exercise the same number ranges.
+const base = int64(1_700_000_000) * int64(time.Second)
+
+func newClient(t testing.TB, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var algorithms = []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter}
+
+// TestConformanceVector is the seed-001 vector: Limit 2, Window 1 s.
+func TestConformanceVector(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := &fakeClock{}
+	s := newStore(t, Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog, Limit: 2, Window: time.Second, Clock: clk})
+	steps := []struct {
+		ms    int64
+		allow bool
+		retry time.Duration // checked when denied
+	}{
+		{0, true, 0}, {999, true, 0}, {1000, false, 1 * time.Microsecond},
+		{1001, true, 0}, {1002, false, 997*time.Millisecond + time.Microsecond},
+		{1999, false, time.Microsecond}, {2000, true, 0},
+	}
+	for _, st := range steps {
+		clk.setMS(st.ms)
+		d, err := s.AllowNContext(context.Background(), "user", 1)
+		if err != nil {
+			t.Fatalf("t=%dms: %v", st.ms, err)
+		}
+		if d.Allowed != st.allow {
+			t.Fatalf("t=%dms: Allowed=%v, want %v (%+v)", st.ms, d.Allowed, st.allow, d)
+		}
+		if !st.allow && d.RetryAfter != st.retry {
+			t.Fatalf("t=%dms: RetryAfter=%v, want %v", st.ms, d.RetryAfter, st.retry)
+		}
+	}
+}
+
+// TestDifferential runs random traces through the Store and the in-memory
+// engine at the same explicit times and requires identical decisions.
+// Retry/reset durations are compared at the server's µs resolution.
+func TestDifferential(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	for _, alg := range algorithms {
+		for _, penalty := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/penalty=%v", alg, penalty), func(t *testing.T) {
+				const limit, window = 5, 100 * time.Millisecond
+				clk := &fakeClock{}
+				clk.set(base)
+				s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Window: window,
+					Penalty: penalty, Clock: clk, Prefix: fmt.Sprintf("diff:%v:%v:", alg, penalty)})
+				// The engine's counter aligns windows to its epoch (the clock
+				// at New); base is a multiple of the window, as Redis aligns
+				// to multiples of the window since the Unix epoch.
+				ref, err := engine.New(engine.Config{Algorithm: alg, Limit: limit, Window: window, Penalty: penalty, Clock: clk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ref.Close()
+				rng := rand.New(rand.NewPCG(1, uint64(alg)*2+map[bool]uint64{false: 0, true: 1}[penalty]))
+				now := base
+				for i := range 1500 {
+					switch r := rng.IntN(20); {
+					case r < 4: // same timestamp: equal scores, unique members
+					case r == 4: // a jump past both windows
+						now += int64(window) * int64(2+rng.IntN(3))
+					default:
+						now += int64(rng.IntN(40_000)) * int64(time.Microsecond)
+					}
+					clk.set(now)
+					key := fmt.Sprintf("k%d", rng.IntN(3))
+					var got, want engine.Decision
+					op := "allow"
+					switch r := rng.IntN(20); {
+					case r == 0:
+						op = "peek"
+						got, err = s.PeekContext(context.Background(), key)
+						want = ref.PeekAt(key, now)
+					default:
+						n := 1
+						if r < 4 {
+							n = rng.IntN(limit+2) - 0 // 0..limit+1 covers the invalid sizes too
+						}
+						op = fmt.Sprintf("allow(%d)", n)
+						got, err = s.AllowNContext(context.Background(), key, n)
+						want = ref.AllowNAt(key, n, now)
+					}
+					if err != nil {
+						t.Fatalf("step %d %s: %v", i, op, err)
+					}
+					want.RetryAfter = ceilUS(want.RetryAfter)
+					want.ResetAfter = ceilUS(want.ResetAfter)
+					if got != want {
+						t.Fatalf("step %d %s %s at +%v: redis %+v, engine %+v", i, op, key, time.Duration(now-base), got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func ceilUS(d time.Duration) time.Duration {
+	return (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
+}
+
+// TestConcurrentOneKey: many goroutines at once on one key, all at the same
+// timestamp, admit exactly Limit (atomic script; unique log members).
+func TestConcurrentOneKey(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit, workers, each = 50, 16, 10
+			clk := &fakeClock{}
+			clk.set(base)
+			s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Window: time.Minute, Clock: clk, Prefix: "conc:"})
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			var firstErr atomic.Value
+			for range workers {
+				wg.Go(func() {
+					for range each {
+						d, err := s.AllowNContext(context.Background(), "hot", 1)
+						if err != nil {
+							firstErr.CompareAndSwap(nil, err)
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if err := firstErr.Load(); err != nil {
+				t.Fatal(err)
+			}
+			if got := admitted.Load(); got != limit {
+				t.Fatalf("admitted %d of %d, want exactly %d", got, workers*each, limit)
+			}
+			if alg == engine.SlidingLog {
+				if n := client.ZCard(context.Background(), "conc:{hot}:l").Val(); n != limit {
+					t.Fatalf("log holds %d members, want %d (members must be unique at equal timestamps)", n, limit)
+				}
+			}
+		})
+	}
+}
+
+// TestServerTime uses the server's TIME (no Clock) and checks the keys'
+// TTL follows the window.
+func TestServerTime(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := newStore(t, Config{Client: client, Algorithm: alg, Limit: 3, Window: time.Hour, Prefix: "time:"})
+			for i := range 3 {
+				if d := s.AllowN("k", 1); !d.Allowed || d.Remaining != 2-i {
+					t.Fatalf("request %d: %+v, want allowed with Remaining %d", i, d, 2-i)
+				}
+			}
+			d := s.AllowN("k", 1)
+			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Hour {
+				t.Fatalf("4th request: %+v, want denied with 0 < RetryAfter <= 2h", d)
+			}
+			key := s.keys("k")[0]
+			ttl := client.PTTL(context.Background(), key).Val()
+			if ttl <= 0 || ttl > 2*time.Hour+2*time.Millisecond {
+				t.Fatalf("PTTL(%s) = %v, want about the window", key, ttl)
+			}
+			s.Reset("k")
+			if n := client.Exists(context.Background(), s.keys("k")...).Val(); n != 0 {
+				t.Fatalf("after Reset %d keys remain", n)
+			}
+			if d := s.AllowN("k", 1); !d.Allowed {
+				t.Fatalf("after Reset: %+v, want allowed", d)
+			}
+			if st := s.Stats(); st.Errors+st.Timeouts != 0 || st.Allowed != 4 || st.Denied != 1 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	ok := Config{Client: c, Algorithm: engine.SlidingLog, Limit: 1, Window: time.Second}
+	cases := map[string]func(*Config){
+		"Client":           func(c *Config) { c.Client = nil },
+		"Algorithm":        func(c *Config) { c.Algorithm = 0 },
+		"Limit":            func(c *Config) { c.Limit = 0 },
+		"Limit 65536":      func(c *Config) { c.Limit = engine.MaxLogLimit + 1 },
+		"Window":           func(c *Config) { c.Window = 0 },
+		"Window µs":        func(c *Config) { c.Window = time.Second + 1 },
+		"Prefix":           func(c *Config) { c.Prefix = "a{b" },
+		"Timeout":          func(c *Config) { c.Timeout = -1 },
+		"OnFailure":        func(c *Config) { c.OnFailure = 9 },
+		"Nodes":            func(c *Config) { c.Nodes = -1 },
+		"BreakerThreshold": func(c *Config) { c.BreakerThreshold = -1 },
+		"BreakerCooldown":  func(c *Config) { c.BreakerCooldown = -1 },
+	}
+	for name, mutate := range cases {
+		cfg := ok
+		mutate(&cfg)
+		_, err := New(cfg)
+		if !errors.Is(err, engine.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want engine.ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := New(ok); err != nil {
+		t.Fatalf("valid config rejected: %v", err)
+	}
+}
