@@ -113,8 +113,9 @@ func (s *Store) Reset(key string) { _ = s.ResetContext(context.Background(), key
 
 // AllowNContext is AllowN under ctx (the shorter of ctx's deadline and
 // Config.Timeout applies). On a Redis failure it returns the fail policy's
-// decision together with an error wrapping ErrUnavailable (and
-// ErrCircuitOpen, context.DeadlineExceeded or the client's error).
+// decision together with an error wrapping ErrUnavailable and the cause:
+// ErrCircuitOpen, context.DeadlineExceeded (for any timeout, the context's
+// or the socket's) or the client's error.
 func (s *Store) AllowNContext(ctx context.Context, key string, n int) (engine.Decision, error) {
 	s.calls.Add(1)
 	if n <= 0 || n > s.cfg.Limit {
@@ -219,6 +220,11 @@ func (s *Store) do(ctx context.Context, call func(context.Context) error) error 
 		// The server answered (e.g. WRONGTYPE on a foreign key): it is
 		// alive, so this key's error must not open the breaker for all.
 		s.br.success()
+	}
+	if timeout && !errors.Is(err, context.DeadlineExceeded) {
+		// A socket deadline (i/o timeout) is the same fault as the
+		// context's: let callers test one sentinel for both.
+		return fmt.Errorf("%w: %w: %w", ErrUnavailable, context.DeadlineExceeded, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }

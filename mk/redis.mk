@@ -1,0 +1,41 @@
+# Redis/Valkey backend (issue 6). The redisstore tests and the Redis
+# benchmarks start their own redis-server on 127.0.0.1 (internal/redistest),
+# so `make test` must have the binary: redis-server-dep installs Debian's
+# package when it is missing (CI runs as root on a fresh machine).
+#
+#   make bench-redis   decisions/s and P99 against a local redis-server:
+#                      ours vs redis_rate/v10 vs a MULTI ZSET log, plus the
+#                      hybrid mode; out/bench/redis.txt and the RESULTS.md
+#                      fragment out/results-fragments/redis.md
+REDIS_BENCH_TIME  ?= 2s
+REDIS_BENCH_COUNT ?= 3
+REDIS_BENCH_CPU   ?= 1,2
+
+.PHONY: redis-server-dep bench-redis
+
+## redis-server-dep: install redis-server (Debian package) if it is not on PATH.
+redis-server-dep:
+	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+		echo "redis-server is missing and installing it needs root:"; \
+		echo "    sudo apt-get update && sudo apt-get install -y redis-server"; \
+		exit 1; \
+	fi; \
+	echo "installing redis-server (Debian package) for the redisstore tests"; \
+	DEBIAN_FRONTEND=noninteractive apt-get update && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server && \
+	command -v redis-server
+
+TEST_DEPS += redis-server-dep
+
+## bench-redis: the Redis benchmarks, then the markdown fragment for RESULTS.md.
+bench-redis: redis-server-dep
+	@mkdir -p out/bench out/results-fragments
+	cd bench/peers && $(GO) test -run '^$$' -bench . -count=$(REDIS_BENCH_COUNT) \
+		-benchtime=$(REDIS_BENCH_TIME) -cpu=$(REDIS_BENCH_CPU) ./redisbench/ > $(CURDIR)/out/bench/redis.txt
+	cd bench/peers && $(GO) run ./redisbench/cmd/redismd \
+		-in $(CURDIR)/out/bench/redis.txt -o $(CURDIR)/out/results-fragments/redis.md \
+		-cmd "make bench-redis REDIS_BENCH_TIME=$(REDIS_BENCH_TIME) REDIS_BENCH_COUNT=$(REDIS_BENCH_COUNT) REDIS_BENCH_CPU=$(REDIS_BENCH_CPU)"
+	@echo "wrote out/results-fragments/redis.md"
+
+RESULTS_DEPS += bench-redis
