@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+const minimal = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 1000
+    max_requests: 10
+`
+
+func TestExampleConfigLoads(t *testing.T) {
+	opts, err := loadConfig("gateway.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Rules) != 2 || opts.Rules[0].Name != "login" || opts.Rules[1].Name != "pro" || opts.Default == nil {
+		t.Fatalf("rules %+v default %+v", opts.Rules, opts.Default)
+	}
+	login := opts.Rules[0]
+	if login.Method != "POST" || login.PathPrefix != "/login" || login.Engine.Algorithm != engine.SlidingLog ||
+		login.Engine.Limit != 5 || login.Engine.Window != time.Minute || login.Key == nil {
+		t.Errorf("login rule %+v", login)
+	}
+	// The pro tier inherits the window and algorithm it does not set.
+	pro := opts.Rules[1]
+	if pro.Tier != "pro" || pro.Engine.Limit != 1000 || pro.Engine.Window != time.Second || pro.Engine.Algorithm != engine.SlidingCounter {
+		t.Errorf("pro tier rule %+v", pro)
+	}
+	d := opts.Default.Engine
+	if d.Limit != 100 || d.Window != time.Second || d.SweepInterval != 10*time.Second || d.MaxMemory != 64<<20 || d.Overflow != engine.OverflowAllow {
+		t.Errorf("default engine config %+v", d)
+	}
+	if opts.Tier == nil {
+		t.Error("tiers configured but Options.Tier is nil")
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"unknown top field", minimal + "extra: 1\n", "field extra not found"},
+		{"unknown nested field", strings.Replace(minimal, "max_requests: 10", "max_requests: 10\n    max_request: 3", 1), "field max_request not found"},
+		{"typo in rule", minimal + "  rules:\n    - name: a\n      path_prefx: /a\n", "field path_prefx not found"},
+		{"empty file", "", "empty file"},
+		{"two documents", minimal + "---\n" + minimal, "more than one YAML document"},
+		{"wrong type", strings.Replace(minimal, "max_requests: 10", "max_requests: ten", 1), "cannot unmarshal"},
+		{"limit 0", strings.Replace(minimal, "max_requests: 10", "max_requests: 0", 1), "rate_limiting.sliding_window.max_requests: must be > 0, got 0"},
+		{"limit missing", "rate_limiting:\n  sliding_window:\n    window_size_ms: 1000\n", "rate_limiting.sliding_window.max_requests: must be > 0, got 0"},
+		{"negative window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: -5", 1), "rate_limiting.sliding_window.window_size_ms: must be > 0, got -5"},
+		{"negative cleanup", minimal + "    cleanup_interval_ms: -1\n", "rate_limiting.sliding_window.cleanup_interval_ms: must be >= 0"},
+		{"negative memory", minimal + "    memory_limit_mb: -1\n", "rate_limiting.sliding_window.memory_limit_mb: must be in [0, 1048576]"},
+		{"lru eviction", minimal + "    eviction_policy: lru\n", `rate_limiting.sliding_window.eviction_policy: "lru" is not supported`},
+		{"unknown algorithm", minimal + "  algorithm: token_bucket\n", `rate_limiting.algorithm: "token_bucket" is not one of`},
+		{"log limit too big", strings.Replace(minimal, "max_requests: 10", "max_requests: 70000", 1) + "  algorithm: log\n", "rate_limiting.sliding_window.max_requests: 70000 exceeds the log algorithm's maximum 65535"},
+		{"unknown key", minimal + "  key: cookie\n", `rate_limiting.key: "cookie" is not one of ip, header, route_ip`},
+		{"bad key header", minimal + "  key_header: \"X API\"\n", `rate_limiting.key_header: "X API" is not a valid header name`},
+		{"bad CIDR", minimal + "  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n", `rate_limiting.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or CIDR prefix`},
+		{"bad forwarded header", minimal + "  forwarded_header: X-Client-IP\n", `rate_limiting.forwarded_header: "X-Client-IP"`},
+		{"ipv6 prefix", minimal + "  ipv6_prefix: 129\n", "rate_limiting.ipv6_prefix: must be in [1, 128]"},
+		{"ipv4 prefix", minimal + "  ipv4_prefix: -1\n", "rate_limiting.ipv4_prefix: must be in [1, 32]"},
+		{"rule without name", minimal + "  rules:\n    - path_prefix: /a\n", `rate_limiting.rules[0].name: "" must be`},
+		{"rule bad name", minimal + "  rules:\n    - name: \"a b\"\n", `rate_limiting.rules[0].name: "a b" must be`},
+		{"duplicate names", minimal + "  rules:\n    - name: a\n    - name: a\n", `rate_limiting.rules[1].name: "a" is already the name of rate_limiting.rules[0].name`},
+		{"rule named default", minimal + "  rules:\n    - name: default\n", `"default" is already the name of rate_limiting.rules[0].name`},
+		{"relative prefix", minimal + "  rules:\n    - name: a\n      path_prefix: api\n", `rate_limiting.rules[0].path_prefix: "api" must start with /`},
+		{"bad method", minimal + "  rules:\n    - name: a\n      method: \"GE T\"\n", `rate_limiting.rules[0].method: "GE T" is not an HTTP method`},
+		{"rule limit 0", minimal + "  rules:\n    - name: a\n      max_requests: 0\n", "rate_limiting.rules[0].max_requests: must be > 0, got 0"},
+		{"rule negative window", minimal + "  rules:\n    - name: a\n      window_size_ms: -1\n", "rate_limiting.rules[0].window_size_ms: must be > 0, got -1"},
+		{"rule algorithm", minimal + "  rules:\n    - name: a\n      algorithm: fixed\n", `rate_limiting.rules[0].algorithm: "fixed" is not one of`},
+		{"rule key", minimal + "  rules:\n    - name: a\n      key: jwt\n", `rate_limiting.rules[0].key: "jwt" is not one of`},
+		{"rule undefined tier", minimal + "  rules:\n    - name: a\n      tier: gold\n", `rate_limiting.rules[0].tier: "gold" is not defined`},
+		{"tier without keys", minimal + "  tiers:\n    - name: pro\n", "rate_limiting.tiers[0].api_keys: must list at least one API key"},
+		{"tier empty key", minimal + "  tiers:\n    - name: pro\n      api_keys: [\"\"]\n", "rate_limiting.tiers[0].api_keys[0]: must not be empty"},
+		{"key in two tiers", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n    - name: gold\n      api_keys: [k]\n", `rate_limiting.tiers[1].api_keys[0]: key already belongs to tier "pro"`},
+		{"tier limit 0", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n      max_requests: 0\n", "rate_limiting.tiers[0].max_requests: must be > 0, got 0"},
+		{"tier name clash", minimal + "  rules:\n    - name: pro\n  tiers:\n    - name: pro\n      api_keys: [k]\n", `rate_limiting.tiers[0].name: "pro" is already the name of rate_limiting.rules[0].name`},
+		{"tier header without tiers", minimal + "  tier_header: X-Tier\n", "rate_limiting.tier_header: is set but rate_limiting.tiers is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("accepted, want error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q\ndoes not contain %q", err, tc.want)
+			}
+			if !errors.Is(err, errConfig) {
+				t.Errorf("error %v does not wrap errConfig", err)
+			}
+		})
+	}
+}
+
+func TestConfigAcceptsSingleAddressProxiesAndIdleDeny(t *testing.T) {
+	opts, err := parseConfig([]byte(minimal + "    eviction_policy: idle-deny\n  trusted_proxies: [192.0.2.1, \"2001:db8::/32\"]\n  rules:\n    - name: a\n      method: get\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Default.Engine.Overflow != engine.OverflowDeny {
+		t.Errorf("idle-deny gave Overflow %v", opts.Default.Engine.Overflow)
+	}
+	if opts.Rules[0].Method != "GET" {
+		t.Errorf("method %q, want GET (upper-cased)", opts.Rules[0].Method)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-upstream", "builtin"}, "-config is required"},
+		{[]string{"-config", "x.yaml"}, "-upstream is required"},
+		{[]string{"-config", "x.yaml", "-upstream", "builtin", "stray"}, `unexpected argument "stray"`},
+		{[]string{"-config", "x.yaml", "-upstream", "builtin", "-shutdown-timeout", "0s"}, "-shutdown-timeout must be > 0"},
+	} {
+		var sink strings.Builder
+		if _, err := parseFlags(tc.args, &sink); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseFlags(%q) = %v, want error containing %q", tc.args, err, tc.want)
+		}
+	}
+	for _, s := range []string{"ftp://x", "http://", "::"} {
+		if _, err := parseUpstream(s); err == nil {
+			t.Errorf("parseUpstream(%q) accepted", s)
+		}
+	}
+}
