@@ -41,3 +41,11 @@ run-http: gateway
 	cat out/gateway/gateway.log; \
 	if [ $$gwrc -ne 0 ]; then echo "gateway exited with $$gwrc"; exit $$gwrc; fi; \
 	exit $$rc
+
+.PHONY: httplimit-bench-smoke
+## httplimit-bench-smoke (make test): the middleware benchmarks once each, so
+## none rots; no time is judged.
+httplimit-bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime=1x ./httplimit/
+
+TEST_EXTRA += httplimit-bench-smoke
