@@ -1,13 +1,3 @@
-// Command gateway is an example API gateway: a reverse proxy
-// (net/http/httputil) behind the httplimit middleware, configured by a YAML
-// file (see gateway.example.yaml).
-//
-//	gateway -config gateway.example.yaml -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000
-//	gateway -config gateway.example.yaml -upstream builtin   # a trivial in-process upstream
-//
-// Every invalid setting is reported at start, naming the field. On SIGTERM
-// or SIGINT the gateway stops accepting connections, lets requests in flight
-// finish (up to -shutdown-timeout), closes the limiters and exits 0.
 package main
 
 import (
