@@ -27,13 +27,13 @@ type Limiter struct {
 	res     int64           // ns per tick
 	wq      uint32          // window in ticks
 
-	clock Clock // user clock, or nil for the engine's own
+	clock Clock // user clock, or nil for the engine's own (coarse)
 	epoch int64 // clock reading at New; the engine works in ns since then
-	start time.Time
 
 	stats *stats
 
 	closeOnce sync.Once
+	closed    atomic.Bool
 	done      chan struct{}
 	swept     sync.WaitGroup
 }
@@ -105,10 +105,11 @@ func New(cfg Config) (*Limiter, error) {
 	maxKeys = min(maxKeys, int64(shard.MaxRecordsPerShard)*int64(c.Shards))
 	l.cfg.MaxKeys = int(maxKeys)
 	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes})
-	if l.clock != nil {
-		l.epoch = l.clock.Now()
+	if l.clock == nil {
+		coarseAcquire()
+		l.epoch = coarseNow()
 	} else {
-		l.start = time.Now()
+		l.epoch = l.clock.Now()
 	}
 	l.swept.Add(1)
 	go l.sweepLoop()
@@ -136,14 +137,17 @@ func resolution(limit int, window, sweep time.Duration) int64 {
 // a whole number of ticks.
 func (l *Limiter) Resolution() time.Duration { return time.Duration(l.res) }
 
-// Now reads the Limiter's clock: Config.Clock, or the engine's own
-// monotonic clock (nanoseconds since New). AllowAt and friends take times
-// from this same clock.
+// Now reads the Limiter's clock: Config.Clock, or the engine's own cached
+// monotonic clock (see ClockRefresh). AllowAt and friends take times from
+// this same clock.
 func (l *Limiter) Now() int64 {
 	if l.clock != nil {
 		return l.clock.Now()
 	}
-	return int64(time.Since(l.start))
+	if l.closed.Load() {
+		return int64(time.Since(coarse.base)) // the cached clock may have stopped
+	}
+	return coarseNow()
 }
 
 // rel converts a time of the Limiter's clock to ns since the epoch.
@@ -458,8 +462,14 @@ func (l *Limiter) Stats() Stats {
 // (idle keys are then reclaimed only lazily, when a shard is full). It is
 // safe to call more than once.
 func (l *Limiter) Close() error {
-	l.closeOnce.Do(func() { close(l.done) })
-	l.swept.Wait()
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.done)
+		l.swept.Wait()
+		if l.clock == nil {
+			coarseRelease()
+		}
+	})
 	return nil
 }
 

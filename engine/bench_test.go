@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"hash/maphash"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Measurements behind the clock choice (see doc.go): a direct monotonic read
+// against a cached one. Run: go test -run=^$ -bench=Clock ./engine
+func BenchmarkClock(b *testing.B) {
+	start := time.Now()
+	b.Run("direct=time.Since", func(b *testing.B) {
+		b.ReportAllocs()
+		var s int64
+		for i := 0; i < b.N; i++ {
+			s += int64(time.Since(start))
+		}
+		_ = s
+	})
+	b.Run("direct=time.Now", func(b *testing.B) {
+		b.ReportAllocs()
+		var s int64
+		for i := 0; i < b.N; i++ {
+			s += time.Now().UnixNano()
+		}
+		_ = s
+	})
+	b.Run("cached=atomic.Load", func(b *testing.B) {
+		var c atomic.Int64
+		c.Store(1)
+		b.ReportAllocs()
+		var s int64
+		for i := 0; i < b.N; i++ {
+			s += c.Load()
+		}
+		_ = s
+	})
+}
+
+func BenchmarkHash(b *testing.B) {
+	key := "client-123"
+	b.Run("xxhash=seeded-digest", func(b *testing.B) {
+		b.ReportAllocs()
+		var s uint64
+		for i := 0; i < b.N; i++ {
+			var d xxhash.Digest
+			d.ResetWithSeed(12345)
+			d.WriteString(key)
+			s += d.Sum64()
+		}
+		_ = s
+	})
+	b.Run("xxhash=unseeded", func(b *testing.B) {
+		b.ReportAllocs()
+		var s uint64
+		for i := 0; i < b.N; i++ {
+			s += xxhash.Sum64String(key)
+		}
+		_ = s
+	})
+}
+
+// The engine's own hot path in isolation; the full suite is in package bench.
+func BenchmarkEngineAllow(b *testing.B) {
+	for _, a := range algorithms {
+		b.Run(a.String()+"/keys=100k", func(b *testing.B) {
+			l, err := New(Config{Algorithm: a, Limit: 16, Window: time.Millisecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			keys := make([]string, 100_000)
+			for i := range keys {
+				keys[i] = "client-" + strconv.Itoa(i)
+				l.Allow(keys[i])
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				l.Allow(keys[i%len(keys)])
+			}
+		})
+	}
+}
+
+func BenchmarkHashMaphash(b *testing.B) {
+	seed := maphash.MakeSeed()
+	b.ReportAllocs()
+	var s uint64
+	for i := 0; i < b.N; i++ {
+		s += maphash.String(seed, "client-123")
+	}
+	_ = s
+}

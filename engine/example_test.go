@@ -1,0 +1,62 @@
+package engine_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// stepClock is a Clock the example sets by hand.
+type stepClock struct{ t int64 }
+
+func (c *stepClock) Now() int64 { return c.t }
+
+// The exact algorithm on the design documents' conformance vector: Limit 2
+// per second.
+func Example() {
+	l, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 2, Window: time.Second, Clock: &stepClock{}})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	for _, ms := range []int64{0, 999, 1000, 1001, 1002, 1999, 2000} {
+		d := l.AllowAt("bob", ms*int64(time.Millisecond))
+		fmt.Printf("%4d ms: allowed=%-5v remaining=%d retry=%v\n", ms, d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	//    0 ms: allowed=true  remaining=1 retry=0s
+	//  999 ms: allowed=true  remaining=0 retry=0s
+	// 1000 ms: allowed=false remaining=0 retry=1µs
+	// 1001 ms: allowed=true  remaining=0 retry=0s
+	// 1002 ms: allowed=false remaining=0 retry=997.001ms
+	// 1999 ms: allowed=false remaining=0 retry=1µs
+	// 2000 ms: allowed=true  remaining=0 retry=0s
+}
+
+// The approximate algorithm weights the previous window by how much of it
+// the sliding window still covers.
+func ExampleLimiter_AllowNAt() {
+	clk := &stepClock{}
+	l, err := engine.New(engine.Config{Algorithm: engine.SlidingCounter, Limit: 100, Window: time.Minute, Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	sec := int64(time.Second)
+	fmt.Println(l.AllowNAt("tenant-7", 100, 0).Allowed)   // fills the first window
+	fmt.Println(l.AllowNAt("tenant-7", 1, 30*sec).Allowed) // same window: over the limit
+	d := l.AllowNAt("tenant-7", 10, 75*sec)                // 25% into the next: 100*0.75 + 10 <= 100
+	fmt.Println(d.Allowed, d.Remaining)
+	// Output:
+	// true
+	// false
+	// true 15
+}
+
+// Invalid configuration is rejected at construction, naming the field.
+func ExampleNew_invalid() {
+	_, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 0, Window: time.Second})
+	fmt.Println(err)
+	// Output: engine: Config.Limit must be > 0, got 0: invalid config
+}

@@ -1,0 +1,153 @@
+package ring
+
+import (
+	"sync/atomic"
+	"testing"
+)
+
+func TestPackRoundTrip(t *testing.T) {
+	for _, c := range [][3]uint32{{0, 0, 0}, {1<<32 - 1, 65534, 65535}, {12345, 7, 3}} {
+		l, n, b := Unpack(Pack(c[0], c[1], c[2]))
+		if l != c[0] || n != c[1] || b != c[2] {
+			t.Fatalf("Pack/Unpack %v -> %d %d %d", c, l, n, b)
+		}
+		if Pack(c[0], c[1], c[2]) == Dead {
+			t.Fatalf("live head %v equals Dead", c)
+		}
+	}
+}
+
+// harness is one ring record plus the reference model: every recorded tick.
+type harness struct {
+	r          Ring
+	head, id   atomic.Uint64
+	slots      []atomic.Uint32
+	limit, wq  uint32
+	penalty    bool
+	recorded   []uint32 // model: recorded ticks, oldest first
+	last       uint32
+	hasEntries bool
+}
+
+func newHarness(limit, wq uint32, penalty bool, start uint32) *harness {
+	h := &harness{r: New(int(limit), wq, penalty), slots: make([]atomic.Uint32, limit), limit: limit, wq: wq, penalty: penalty}
+	h.id.Store(99)
+	// a key is born with its first request
+	h.head.Store(h.r.First(h.slots, start, 1))
+	h.recorded = []uint32{start}
+	h.last = start
+	return h
+}
+
+// model decides n at tick now by the definition.
+func (h *harness) model(now, n uint32) (bool, uint32) {
+	t := now
+	if int32(t-h.last) < 0 {
+		t = h.last
+	}
+	in := uint32(0)
+	for _, x := range h.recorded {
+		if t-x <= h.wq {
+			in++
+		}
+	}
+	ok := in+n <= h.limit
+	if ok || h.penalty {
+		for i := uint32(0); i < n; i++ {
+			h.recorded = append(h.recorded, t)
+		}
+		if len(h.recorded) > int(h.limit) {
+			h.recorded = h.recorded[len(h.recorded)-int(h.limit):]
+		}
+		h.last = t
+	}
+	after := uint32(0)
+	for _, x := range h.recorded {
+		if t-x <= h.wq {
+			after++
+		}
+	}
+	rem := uint32(0)
+	if after < h.limit {
+		rem = h.limit - after
+	}
+	return ok, rem
+}
+
+func (h *harness) step(t testing.TB, now, n uint32) {
+	st, out := h.r.Take(&h.head, &h.id, 99, h.slots, now, n, true)
+	ok, rem := h.model(now, n)
+	if st == Stale || (st == Allowed) != ok || out.Remaining != rem {
+		t.Fatalf("Take(n=%d) at %d: status %d remaining %d, model allowed=%v remaining %d", n, now, st, out.Remaining, ok, rem)
+	}
+}
+
+// FuzzRing drives one ring with a sequence of operations chosen by the
+// fuzzer (each 2 bytes: time step, n) and checks every decision against
+// the model. Limit, window, penalty and the start tick (near the 32-bit
+// wrap, to exercise wrap-around) come from the first bytes.
+func FuzzRing(f *testing.F) {
+	f.Add(uint8(2), uint8(10), false, uint32(0), []byte{0, 1, 9, 1, 1, 1, 1, 1, 1, 1, 8, 1, 1, 1})
+	f.Add(uint8(5), uint8(3), true, uint32(1<<32-20), []byte{0, 2, 0, 3, 1, 1, 4, 5, 0, 1, 2, 2})
+	f.Add(uint8(64), uint8(200), false, uint32(7), []byte{0, 64, 0, 1, 255, 63, 3, 2, 1, 1})
+	f.Add(uint8(1), uint8(1), true, uint32(1<<31), []byte{0, 1, 1, 1, 2, 1, 0, 1})
+	f.Fuzz(func(t *testing.T, limit, wq uint8, penalty bool, start uint32, ops []byte) {
+		if limit == 0 || wq == 0 {
+			return
+		}
+		h := newHarness(uint32(limit), uint32(wq), penalty, start)
+		now := start
+		for i := 0; i+1 < len(ops); i += 2 {
+			now += uint32(ops[i] % 64)
+			n := 1 + uint32(ops[i+1])%uint32(limit)
+			if ops[i]&0x80 != 0 { // peek
+				st, _ := h.r.Peek(&h.head, &h.id, 99, h.slots, now)
+				saved := h.recorded
+				ok, _ := h.model(now, 1)
+				h.recorded = saved
+				if (st == Allowed) != ok {
+					t.Fatalf("Peek at %d: %d, model %v", now, st, ok)
+				}
+				continue
+			}
+			h.step(t, now, n)
+		}
+	})
+}
+
+func TestStaleRecord(t *testing.T) {
+	h := newHarness(4, 10, false, 0)
+	h.id.Store(7) // the record now belongs to another key
+	if st, _ := h.r.Take(&h.head, &h.id, 99, h.slots, 1, 1, false); st != Stale {
+		t.Fatalf("Take on a foreign record: %d, want Stale", st)
+	}
+	h.id.Store(99)
+	h.head.Store(Dead)
+	if st, _ := h.r.Peek(&h.head, &h.id, 99, h.slots, 1); st != Stale {
+		t.Fatalf("Peek on a dead record: %d, want Stale", st)
+	}
+}
+
+// Slots are only raised: a late writer with an older tick changes nothing.
+func TestRaiseNeverLowers(t *testing.T) {
+	s := make([]atomic.Uint32, 3)
+	for i := range s {
+		s[i].Store(100)
+	}
+	raise(s, 2, 3, 3, 50)
+	raise(s, 0, 1, 3, 150)
+	if s[0].Load() != 150 || s[1].Load() != 100 || s[2].Load() != 100 {
+		t.Fatalf("slots %d %d %d", s[0].Load(), s[1].Load(), s[2].Load())
+	}
+}
+
+func TestIdleAndReady(t *testing.T) {
+	r := New(3, 10, false)
+	h := Pack(100, 1, 1)
+	if r.Idle(h, 110) || !r.Idle(h, 111) || r.Idle(Dead, 1000) {
+		t.Fatal("Idle boundary wrong")
+	}
+	if r.ReadyAt(h) != 111 {
+		t.Fatalf("ReadyAt = %d", r.ReadyAt(h))
+	}
+}

@@ -1,0 +1,188 @@
+package shard
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+)
+
+func TestShardPadding(t *testing.T) {
+	var s Shard
+	if sz := unsafe.Sizeof(s); sz%CacheLine != 0 {
+		t.Fatalf("Sizeof(Shard) = %d, not a multiple of %d", sz, CacheLine)
+	}
+	if off := unsafe.Offsetof(s.mu); off < CacheLine {
+		t.Fatalf("mu at offset %d shares a line with the lookup fields", off)
+	}
+	if RecordBytes != 16 {
+		t.Fatalf("RecordBytes = %d", RecordBytes)
+	}
+}
+
+func insert(t *Table, h uint64) uint32 {
+	s := t.Shard(h)
+	s.Lock()
+	defer s.Unlock()
+	ref, _, ok := t.Alloc(s, 0)
+	if !ok {
+		panic("full")
+	}
+	rec, _ := t.Record(s, ref)
+	rec.Hash.Store(h)
+	rec.State.Store(h | 1)
+	t.Insert(s, h, ref)
+	return ref
+}
+
+func remove(t *Table, h uint64) {
+	s := t.Shard(h)
+	s.Lock()
+	defer s.Unlock()
+	ref, ok := t.Find(s, h)
+	if !ok {
+		panic("missing")
+	}
+	rec, _ := t.Record(s, ref)
+	rec.State.Store(0)
+	if !t.Remove(s, h, ref) {
+		panic("remove failed")
+	}
+	t.Release(s, ref, 0, 0)
+}
+
+// The index agrees with a map through random inserts and removals, with
+// few home slots so that clusters wrap around the table end.
+func TestIndexMatchesMap(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	tb := New(Config{Shards: 2, MaxKeys: 4000})
+	model := map[uint64]bool{}
+	var keys []uint64
+	for i := 0; i < 40000; i++ {
+		if len(keys) > 0 && (r.IntN(3) == 0 || len(model) >= 1900) {
+			j := r.IntN(len(keys))
+			h := keys[j]
+			keys[j] = keys[len(keys)-1]
+			keys = keys[:len(keys)-1]
+			remove(tb, h)
+			delete(model, h)
+		} else {
+			h := r.Uint64()
+			if r.IntN(4) == 0 {
+				h = h&^(0xFFF<<20) | uint64(r.IntN(4))<<20 // crowd a few home slots
+			}
+			if model[h] {
+				continue
+			}
+			insert(tb, h)
+			model[h] = true
+			keys = append(keys, h)
+		}
+		if i%397 == 0 {
+			for _, h := range keys {
+				if _, rec, _ := tb.Lookup(h); rec == nil || rec.Hash.Load() != h {
+					t.Fatalf("step %d: key %x lost", i, h)
+				}
+			}
+			for j := 0; j < 20; j++ {
+				h := r.Uint64()
+				if _, rec, _ := tb.Lookup(h); rec != nil && !model[h] {
+					t.Fatalf("phantom key %x", h)
+				}
+			}
+		}
+	}
+	live := 0
+	for i := 0; i < tb.Shards(); i++ {
+		live += tb.ShardAt(i).Len()
+	}
+	if live != len(model) {
+		t.Fatalf("Len %d, model %d", live, len(model))
+	}
+}
+
+// Lock-free lookups of stable keys while other keys churn and the index
+// grows: a lookup may miss transiently (see the package doc) but the
+// locked Find then always finds the key, and a hit is always the right one.
+func TestLookupDuringChurn(t *testing.T) {
+	tb := New(Config{Shards: 1, MaxKeys: 100000})
+	r := rand.New(rand.NewPCG(3, 4))
+	stable := make([]uint64, 200)
+	for i := range stable {
+		stable[i] = r.Uint64()
+		insert(tb, stable[i])
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var misses atomic.Int64
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				h := stable[(i*7+g)%len(stable)]
+				s, rec, _ := tb.Lookup(h)
+				if rec != nil {
+					if rec.Hash.Load() != h {
+						t.Errorf("lookup returned record of %x for %x", rec.Hash.Load(), h)
+					}
+					continue
+				}
+				misses.Add(1)
+				s.Lock()
+				_, ok := tb.Find(s, h)
+				s.Unlock()
+				if !ok {
+					t.Errorf("stable key %x missing under the lock", h)
+				}
+			}
+		}(g)
+	}
+	var churn []uint64
+	for i := 0; i < 30000; i++ {
+		if len(churn) > 5000 || (len(churn) > 0 && r.IntN(2) == 0) {
+			j := r.IntN(len(churn))
+			remove(tb, churn[j])
+			churn[j] = churn[len(churn)-1]
+			churn = churn[:len(churn)-1]
+		} else {
+			h := r.Uint64()
+			insert(tb, h)
+			churn = append(churn, h)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	t.Logf("transient lock-free misses: %d", misses.Load())
+}
+
+func TestBoundAndReuse(t *testing.T) {
+	tb := New(Config{Shards: 1, MaxKeys: 10, SlotsPer: 3, Free: 7})
+	s := tb.ShardAt(0)
+	s.Lock()
+	defer s.Unlock()
+	for i := 0; i < 10; i++ {
+		ref, _, ok := tb.Alloc(s, 0)
+		if !ok || ref != uint32(i) {
+			t.Fatalf("alloc %d: %d %v", i, ref, ok)
+		}
+		rec, slots := tb.Record(s, ref)
+		if rec.State.Load() != 7 || len(slots) != 3 {
+			t.Fatalf("fresh record state %d, %d slots", rec.State.Load(), len(slots))
+		}
+	}
+	if _, _, ok := tb.Alloc(s, 0); ok {
+		t.Fatal("alloc past the bound")
+	}
+	tb.Release(s, 4, 100, 50) // deferred until 100
+	if _, _, ok := tb.Alloc(s, 99); ok {
+		t.Fatal("deferred record handed out early")
+	}
+	if ref, ready, ok := tb.Alloc(s, 100); !ok || ref != 4 || ready != 100 {
+		t.Fatalf("deferred alloc = %d %d %v", ref, ready, ok)
+	}
+	if tb.Capacity() != 10 {
+		t.Fatalf("Capacity = %d", tb.Capacity())
+	}
+}
