@@ -44,7 +44,7 @@ func ExampleLimiter_AllowNAt() {
 	}
 	defer l.Close()
 	sec := int64(time.Second)
-	fmt.Println(l.AllowNAt("tenant-7", 100, 0).Allowed)   // fills the first window
+	fmt.Println(l.AllowNAt("tenant-7", 100, 0).Allowed)    // fills the first window
 	fmt.Println(l.AllowNAt("tenant-7", 1, 30*sec).Allowed) // same window: over the limit
 	d := l.AllowNAt("tenant-7", 10, 75*sec)                // 25% into the next: 100*0.75 + 10 <= 100
 	fmt.Println(d.Allowed, d.Remaining)
