@@ -30,7 +30,7 @@ type runner struct {
 	senders []*sender
 	stop    atomic.Bool
 	next    atomic.Int64 // open loop: the next schedule slot to claim
-	endNS   int64        // senders stop at this offset from base
+	endNS   atomic.Int64 // senders stop at this offset from base; set when the steady state starts
 	perNS   float64      // open loop: nanoseconds between intended starts
 }
 
@@ -84,7 +84,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.perNS = 1e9 / c.Rate
 	}
 	warmNS := int64(c.Warmup)
-	r.endNS = warmNS + int64(c.Duration)
+	// The end is fixed when the steady state actually starts (the reporter
+	// may reach the warm-up boundary late on a busy machine), so the
+	// steady state always lasts Duration.
+	r.endNS.Store(math.MaxInt64)
+	if warmNS == 0 {
+		r.endNS.Store(int64(c.Duration))
+	}
 
 	// Stop the senders when ctx is cancelled; they poll r.stop, which is
 	// cheaper than a channel receive per request.
@@ -146,15 +152,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		return olds
 	}
-	collect := func(olds []*tally, isSteady bool) {
+	collect := func(olds []*tally, isSteady, final bool) {
 		interval.reset()
 		for i, old := range olds {
 			interval.merge(old)
 			r.senders[i].giveBack(old)
 		}
 		now := r.now()
-		if isSteady && now-lastTick < int64(time.Millisecond) && interval.sent() == 0 {
-			return // the senders stopped right after the last tick
+		if final && interval.sent() == 0 {
+			return // the senders stopped before the last tick
 		}
 		rt := readRuntime()
 		p := pointOf(interval, float64(now)/1e9, float64(now-lastTick)/1e9, isSteady, rt)
@@ -203,18 +209,20 @@ loop:
 			}
 			boundary = time.Since(t0)
 			steadyStart = r.now()
-			collect(olds, false)
+			r.endNS.Store(steadyStart + int64(c.Duration))
+			collect(olds, false, false)
 			rtStart = readRuntime()
 			steady = true
 		} else {
-			collect(swapAll(), steady)
+			collect(swapAll(), steady, false)
 		}
 		for nextTick <= now {
 			nextTick += tick
 		}
 	}
-	collect(swapAll(), steady)
-	steadyEnd := r.now()
+	collect(swapAll(), steady, true)
+	// The senders stop at endNS; the reporter notices a little later.
+	steadyEnd := min(r.now(), r.endNS.Load())
 	res.Interrupted = interrupted.Load()
 	if !steady {
 		// Interrupted during warm-up: nothing was measured.
@@ -289,7 +297,7 @@ func (r *runner) openLoop(s *sender, g *keyGen) {
 	for !r.stop.Load() {
 		i := r.next.Add(1) - 1
 		intended := int64(float64(i) * r.perNS)
-		if intended >= r.endNS {
+		if intended >= r.endNS.Load() {
 			return
 		}
 		key := g.next()
@@ -297,7 +305,7 @@ func (r *runner) openLoop(s *sender, g *keyGen) {
 			return
 		}
 		start := r.now()
-		if start >= r.endNS {
+		if start >= r.endNS.Load() {
 			return // behind schedule at the end: the rest is not sent
 		}
 		allowed, err := r.t.do(key)
@@ -331,7 +339,7 @@ func (r *runner) closedLoop(s *sender, g *keyGen) {
 	for !r.stop.Load() {
 		key := g.next()
 		start := r.now()
-		if start >= r.endNS {
+		if start >= r.endNS.Load() {
 			return
 		}
 		allowed, err := r.t.do(key)

@@ -11,7 +11,7 @@
 //	loadgen [flags]
 //
 // Run loadgen -h for the flags. The default scenario is open loop at the
-// default rate for 30 s after a 5 s warm-up, 1 M keys drawn from
+// default rate for 20 s after a 12 s warm-up, 1 M keys drawn from
 // Zipf(1.1), SlidingCounter with 100 requests per second per key.
 package main
 
