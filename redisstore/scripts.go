@@ -187,3 +187,120 @@ if not allowed then
 end
 return {allowed and 1 or 0, remaining, retry, reset}
 `)
+
+// The lease scripts serve Hybrid. One call per key per sync: first give
+// back the unused tokens of leases the node no longer uses, then reserve
+// up to g new tokens at the server's TIME, as g requests would be
+// recorded, so the Redis window holds every token any node may spend.
+//
+//	ARGV[1] limit L   ARGV[2] window W in µs   ARGV[3] g (0: return only)
+//	ARGV[4] key TTL in ms   ARGV[5] r, the number of returns, then r triples
+//	log:     (µs timestamp of the lease, first seq to drop, count)
+//	counter: (window number of the lease, count, unused)
+//	reply:   {granted, log: timestamp µs | counter: window number, log: first seq}
+
+// logLeaseScript removes returned members by name (a lease's members are
+// "<µs>:<seq>" for consecutive seqs) and adds granted ones like logScript.
+var logLeaseScript = redis.NewScript(`
+local L = tonumber(ARGV[1])
+local W = tonumber(ARGV[2])
+local g = tonumber(ARGV[3])
+local r = tonumber(ARGV[5])
+for i = 0, r - 1 do
+  local at = ARGV[6 + 3 * i]
+  local first = tonumber(ARGV[7 + 3 * i])
+  local cnt = tonumber(ARGV[8 + 3 * i])
+  local j = 0
+  while j < cnt do
+    local m = {}
+    local k = 0
+    while j < cnt and k < 1000 do
+      k = k + 1
+      m[k] = at .. ':' .. string.format('%d', first + j)
+      j = j + 1
+    end
+    redis.call('ZREM', KEYS[1], unpack(m))
+  end
+end
+if g <= 0 then return {0, 0, 0} end
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local last = tonumber(top[2])
+local t = now
+if last and last > t then t = last end
+local from = string.format('%d', t - W)
+local c = redis.call('ZCOUNT', KEYS[1], from, '+inf')
+local k = L - c
+if k > g then k = g end
+if k <= 0 then return {0, t, 0} end
+local seq = redis.call('INCRBY', KEYS[2], k) - k
+local ts = string.format('%d', t)
+local i = 1
+while i <= k do
+  local args = {}
+  local j = 0
+  while i <= k and j < 1000 do
+    args[2 * j + 1] = ts
+    args[2 * j + 2] = ts .. ':' .. string.format('%d', seq + i)
+    i = i + 1
+    j = j + 1
+  end
+  redis.call('ZADD', KEYS[1], unpack(args))
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. from)
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -L - 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return {k, t, seq + 1}
+`)
+
+// counterLeaseScript subtracts returned tokens from the window they were
+// added to (now the current or the previous window; older ones no longer
+// count) and adds granted ones to the current window: the largest k with
+// prev*(W-e) <= (L-cur-k)*W, capped at g.
+var counterLeaseScript = redis.NewScript(`
+local L = tonumber(ARGV[1])
+local W = tonumber(ARGV[2])
+local g = tonumber(ARGV[3])
+local r = tonumber(ARGV[5])
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local w = math.floor(now / W)
+local e = now - w * W
+local prev, cur = 0, 0
+local h = redis.call('HMGET', KEYS[1], 'w', 'p', 'c')
+local sw = tonumber(h[1])
+if sw then
+  local sp = tonumber(h[2]) or 0
+  local sc = tonumber(h[3]) or 0
+  if sw == w then
+    prev, cur = sp, sc
+  elseif sw == w - 1 then
+    prev = sc
+  elseif sw > w then
+    w, e, prev, cur = sw, 0, sp, sc
+  end
+end
+for i = 0, r - 1 do
+  local lw = tonumber(ARGV[6 + 3 * i])
+  local unused = tonumber(ARGV[8 + 3 * i])
+  if lw == w then cur = math.max(0, cur - unused)
+  elseif lw == w - 1 then prev = math.max(0, prev - unused) end
+end
+local k = 0
+if g > 0 then
+  local p = prev * (W - e)
+  local q = math.floor(p / W)
+  if q * W > p then q = q - 1 elseif (q + 1) * W <= p then q = q + 1 end
+  if q * W < p then q = q + 1 end
+  k = math.min(g, L - cur - q)
+  if k < 0 then k = 0 end
+end
+cur = cur + k
+if cur > 0 or prev > 0 then
+  redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'p', prev, 'c', cur)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return {k, w, 0}
+`)
