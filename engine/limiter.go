@@ -339,7 +339,10 @@ func (l *Limiter) reclaimOne(s *shard.Shard, rel int64) (ref uint32, readyAt int
 	if ok {
 		return ref, rel, true
 	}
-	s.SetIdleHint(soonest)
+	// Nothing idle among the records scanned. Skip further scans until the
+	// soonest of them goes idle, but rescan at least 8 times per window:
+	// the scan saw only a sample, and records elsewhere may go idle sooner.
+	s.SetIdleHint(min(soonest, rel+max(l.window/8, 1)))
 	return 0, 0, false
 }
 
