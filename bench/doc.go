@@ -21,8 +21,8 @@
 // decisions that admitted, so a reader can check that "allowed" scenarios
 // allow and "denied" ones deny. The many-keys scenarios also report the
 // limiter's heap bytes per key (heap-B/key), the GC-scannable bytes per key
-// (gcscan-B/key, from runtime/metrics /gc/scan/heap:bytes) and the wall time
-// of one forced GC cycle with the keys live (gc-ns). The key sets and access
+// (gcscan-B/key, from runtime/metrics /gc/scan/heap:bytes) and how much longer
+// one forced GC cycle takes with the keys live than without (gc-ns). The key sets and access
 // sequences come from package keyset, shared with the peer comparison in
 // the nested module bench/peers.
 package bench

@@ -1,7 +1,7 @@
 // Package measure takes the heap and GC figures the benchmarks report:
 // bytes of live heap per tracked key, bytes of heap the garbage collector
-// must scan per key (runtime/metrics /gc/scan/heap:bytes), and the wall time
-// of one forced GC cycle with the keys live.
+// must scan per key (runtime/metrics /gc/scan/heap:bytes), and how much longer
+// (wall time) one forced GC cycle takes with the keys live than before.
 //
 // Every figure is a difference between two snapshots taken after a forced
 // runtime.GC(), so that the key strings and access sequences, which exist

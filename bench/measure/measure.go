@@ -13,16 +13,19 @@ const (
 
 // Snapshot is the live heap right after a forced GC cycle.
 type Snapshot struct {
-	Heap uint64 // bytes of live heap objects
-	Scan uint64 // bytes of heap the GC had to scan (pointer-bearing part)
+	Heap uint64        // bytes of live heap objects
+	Scan uint64        // bytes of heap the GC had to scan (pointer-bearing part)
+	GC   time.Duration // wall time of the forced GC cycle
 }
 
 // Take forces a GC cycle and reads the heap figures it left behind.
 func Take() Snapshot {
+	t0 := time.Now()
 	runtime.GC()
+	gc := time.Since(t0)
 	s := []metrics.Sample{{Name: heapObjects}, {Name: heapScan}}
 	metrics.Read(s)
-	return Snapshot{Heap: value(s[0]), Scan: value(s[1])}
+	return Snapshot{Heap: value(s[0]), Scan: value(s[1]), GC: gc}
 }
 
 func value(s metrics.Sample) uint64 {
@@ -34,19 +37,20 @@ func value(s metrics.Sample) uint64 {
 
 // PerKey is what a limiter holding n keys costs the heap and the GC.
 type PerKey struct {
-	Bytes     float64       // live heap bytes per key
-	ScanBytes float64       // GC-scannable heap bytes per key
-	ScanTotal uint64        // GC-scannable heap bytes in all
-	GCCycle   time.Duration // wall time of one forced GC cycle with the keys live
+	Bytes     float64 // live heap bytes per key
+	ScanBytes float64 // GC-scannable heap bytes per key
+	ScanTotal uint64  // GC-scannable heap bytes in all
+	// GCCycle is how much longer a forced GC cycle took with the keys
+	// live than before they existed (the harness's own key strings are in
+	// both). Wall time: noisy on a busy machine.
+	GCCycle time.Duration
 }
 
 // Since reports the per-key cost of what was allocated after before and is
 // still live, for n keys. Differences below zero (a collection freed more
 // than the limiter added) read as zero.
 func Since(before Snapshot, n int) PerKey {
-	t0 := time.Now()
 	after := Take()
-	gc := time.Since(t0)
 	heap := sub(after.Heap, before.Heap)
 	scan := sub(after.Scan, before.Scan)
 	if n <= 0 {
@@ -56,7 +60,7 @@ func Since(before Snapshot, n int) PerKey {
 		Bytes:     float64(heap) / float64(n),
 		ScanBytes: float64(scan) / float64(n),
 		ScanTotal: scan,
-		GCCycle:   gc,
+		GCCycle:   max(after.GC-before.GC, 0),
 	}
 }
 

@@ -1,0 +1,105 @@
+# Benchmark harness (issue 3): the engine suite (./bench), ours vs peers
+# (./bench/peers, its own module), benchstat against a committed baseline,
+# profiles, and the generated RESULTS.md. Outputs go to out/bench/.
+#
+#   make bench       engine suite, -count=$(BENCH_COUNT), out/bench/engine.txt
+#   make benchstat   make bench, then benchstat vs $(BENCH_BASELINE) (created if missing)
+#   make compare     ours vs peers interleaved, out/bench/peers.txt, ratio table
+#   make profile     out/cpu.pprof, out/mem.pprof of a representative scenario
+#   make trace       out/trace.out of the same scenario
+#   make results     all of the above at RESULTS_* settings, then RESULTS.md
+BENCH_DIR      := out/bench
+BENCH_BASELINE ?= bench/baseline.txt
+BENCH_COUNT    ?= 10
+BENCH_TIME     ?= 1s
+BENCH_CPU      ?= 1,2
+COMPARE_COUNT  ?= 6
+COMPARE_TIME   ?= 0.5s
+RESULTS_COUNT  ?= 6
+RESULTS_TIME   ?= 0.5s
+BIG_COUNT      ?= 3
+RESULTS_LABEL  ?=
+# Targets that write out/results-fragments/*.md before RESULTS.md is made
+# (other components append here; run from the recipe, so order of
+# inclusion of mk/*.mk does not matter).
+RESULTS_DEPS   +=
+PROFILE_BENCH  ?= ^BenchmarkAllow$$/^counter$$/^keys=100k$$/^zipf$$
+
+# Single-goroutine benchmarks run at the default GOMAXPROCS; only the
+# RunParallel ones vary cores (-cpu), which would otherwise double the time.
+BENCH_SERIAL   := ^Benchmark(Allow|AllowN|Peek|NewKeys)$$
+BENCH_PARALLEL := ^BenchmarkAllowParallel$$
+
+# $(call bench-run,DIR,REGEX,FLAGS,OUT): run one benchmark invocation in DIR,
+# append its output to OUT and the exact command to commands.txt, and fail
+# when go test fails (the pipe through tee would hide it otherwise).
+define bench-run
+	@mkdir -p $(BENCH_DIR)
+	@echo "(cd $(1) && go test -run '^$$' -bench '$(2)' $(3) .) >> $(4)" | tee -a $(BENCH_DIR)/commands.txt
+	@{ cd $(1) && $(GO) test -run '^$$' -bench '$(2)' $(3) . ; echo $$? > $(CURDIR)/$(BENCH_DIR)/.rc; } 2>&1 | tee -a $(CURDIR)/$(4); exit $$(cat $(BENCH_DIR)/.rc)
+endef
+
+.PHONY: bench benchstat bench-baseline compare profile trace results bench-big bench-smoke
+
+## bench: the engine suite, -count=$(BENCH_COUNT), to out/bench/engine.txt.
+bench:
+	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/engine.txt
+	$(call bench-run,bench,$(BENCH_SERIAL),-count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
+	$(call bench-run,bench,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
+
+## benchstat: run the engine suite and compare it with the committed baseline.
+benchstat: bench
+	@if [ ! -f $(BENCH_BASELINE) ]; then \
+		cp $(BENCH_DIR)/engine.txt $(BENCH_BASELINE); \
+		echo "no baseline: created $(BENCH_BASELINE) from this run; commit it"; \
+	fi
+	$(GO) tool benchstat $(BENCH_BASELINE) $(BENCH_DIR)/engine.txt
+
+## bench-baseline: make the last engine run the committed baseline.
+bench-baseline:
+	cp $(BENCH_DIR)/engine.txt $(BENCH_BASELINE)
+
+## bench-big: the 10M-key engine scenarios (about 2 GB), to out/bench/big.txt.
+bench-big:
+	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/big.txt
+	$(call bench-run,bench,^BenchmarkAllow$$/./^keys=10M$$,-count=$(BIG_COUNT) -benchtime=$(RESULTS_TIME) -bench.big,$(BENCH_DIR)/big.txt)
+
+## compare: ours and the peers interleaved in one invocation, then the ratio table.
+compare:
+	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/peers.txt
+	$(call bench-run,bench/peers,$(BENCH_SERIAL),-count=$(COMPARE_COUNT) -benchtime=$(COMPARE_TIME),$(BENCH_DIR)/peers.txt)
+	$(call bench-run,bench/peers,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -count=$(COMPARE_COUNT) -benchtime=$(COMPARE_TIME),$(BENCH_DIR)/peers.txt)
+	$(GO) run ./cmd/resultsmd -ratio $(BENCH_DIR)/peers.txt
+
+## profile: CPU and heap profiles of one representative scenario.
+profile:
+	@mkdir -p out
+	$(GO) test -run '^$$' -bench '$(PROFILE_BENCH)' -benchtime=3s -outputdir $(CURDIR)/out \
+		-cpuprofile cpu.pprof -memprofile mem.pprof -o $(CURDIR)/out/bench.test ./bench/
+	@echo "go tool pprof -http=127.0.0.1:8080 out/cpu.pprof   # or out/mem.pprof"
+
+## trace: an execution trace of the same scenario.
+trace:
+	@mkdir -p out
+	$(GO) test -run '^$$' -bench '$(PROFILE_BENCH)' -benchtime=300ms -outputdir $(CURDIR)/out \
+		-trace trace.out ./bench/
+	@echo "go tool trace out/trace.out"
+
+## results: measure everything at RESULTS_COUNT and generate RESULTS.md.
+results:
+	@rm -f $(BENCH_DIR)/commands.txt
+	$(MAKE) bench BENCH_COUNT=$(RESULTS_COUNT) BENCH_TIME=$(RESULTS_TIME)
+	$(MAKE) bench-big
+	$(MAKE) compare COMPARE_COUNT=$(RESULTS_COUNT) COMPARE_TIME=$(RESULTS_TIME)
+	$(if $(strip $(RESULTS_DEPS)),$(MAKE) $(RESULTS_DEPS))
+	$(GO) run ./cmd/resultsmd -o RESULTS.md -label "$(RESULTS_LABEL)"
+	@echo "wrote RESULTS.md"
+
+## bench-smoke (make test): every benchmark once, never judging a time,
+## plus vet and race tests of the nested peer module, which ./... skips.
+bench-smoke:
+	$(GO) test -short -run '^$$' -bench . -benchtime=1x ./bench/...
+	cd bench/peers && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
+		$(GO) test -short -run '^$$' -bench . -benchtime=1x ./...
+
+TEST_EXTRA += bench-smoke
