@@ -1,0 +1,123 @@
+// Command redismd turns the output of the redisbench benchmarks into the
+// markdown fragment that RESULTS.md includes (out/results-fragments/redis.md):
+// one row per implementation and mode, the median of the -count runs.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+type row struct {
+	name    string
+	metrics map[string][]float64
+}
+
+func main() {
+	in := flag.String("in", "out/bench/redis.txt", "benchmark output")
+	out := flag.String("o", "out/results-fragments/redis.md", "markdown fragment to write")
+	cmd := flag.String("cmd", "make bench-redis", "the command that produced the input, quoted in the fragment")
+	flag.Parse()
+	if err := run(*in, *out, *cmd); err != nil {
+		fmt.Fprintln(os.Stderr, "redismd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(in, out, cmd string) error {
+	f, err := os.Open(in)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var rows []*row
+	byName := map[string]*row{}
+	cpu := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if v, ok := strings.CutPrefix(line, "cpu: "); ok {
+			cpu = v
+		}
+		name, ok := strings.CutPrefix(line, "BenchmarkRedis/")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(name)
+		if len(fields) < 4 {
+			continue
+		}
+		r := byName[fields[0]]
+		if r == nil {
+			r = &row{name: fields[0], metrics: map[string][]float64{}}
+			byName[fields[0]] = r
+			rows = append(rows, r)
+		}
+		// fields: name, iterations, then value/unit pairs.
+		for i := 2; i+1 < len(fields); i += 2 {
+			v, err := strconv.ParseFloat(fields[i], 64)
+			if err == nil {
+				r.metrics[fields[i+1]] = append(r.metrics[fields[i+1]], v)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if len(rows) == 0 {
+		return fmt.Errorf("no BenchmarkRedis lines in %s", in)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Global limits: Redis backend and hybrid mode\n\n")
+	fmt.Fprintf(&b, "One local redis-server (%s) on 127.0.0.1, started by the benchmark; 100 keys in turn, Limit 1000 per 1 s window. ", redisVersion())
+	fmt.Fprintf(&b, "Median of the runs; p99 is one decision's latency, client + loopback + server on the same machine. ")
+	fmt.Fprintf(&b, "`-N` is GOMAXPROCS. The round-trip designs stay under the limit here (all admitted); the hybrid decides faster than the limit and denies the excess in memory (see allowed %%).\n\n")
+	fmt.Fprintf(&b, "Machine: %s, %s, %d CPUs. Command: `%s`\n\n", cpu, runtime.Version(), runtime.NumCPU(), cmd)
+	fmt.Fprintf(&b, "| implementation / mode | decisions/s | p99 (µs) | allowed %% | admitted/s | allocs/op |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name,
+			num(median(r.metrics["decisions/s"]), 0), num(median(r.metrics["p99-µs"]), 2),
+			num(median(r.metrics["allowed-%"]), 1), num(median(r.metrics["admitted/s"]), 0), num(median(r.metrics["allocs/op"]), 0))
+	}
+	b.WriteString("\nours = redisstore.Store (one Lua script per decision); redis_rate = github.com/go-redis/redis_rate/v10 (GCRA); zset-multi = the MULTI pipeline ZSET log of seed 002; hybrid = redisstore.Hybrid (leases renewed every 5 ms in pipelined batches).\n")
+	return os.WriteFile(out, []byte(b.String()), 0o644)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return -1
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func num(v float64, prec int) string {
+	if v < 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+func redisVersion() string {
+	b, err := exec.Command("redis-server", "--version").Output()
+	if err != nil {
+		return "redis-server"
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return "redis-server " + v
+		}
+	}
+	return strings.TrimSpace(string(b))
+}

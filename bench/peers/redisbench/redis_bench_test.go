@@ -1,0 +1,175 @@
+package redisbench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+	"github.com/slidelimit/slidelimit/redisstore"
+)
+
+// The scenario: 100 keys in turn, 1000 requests per second each. The
+// round-trip implementations stay below the limit here, so they admit
+// (their full write path); the hybrid decides faster than the limit allows
+// and denies the excess in memory, which allowed-% shows. The hybrid's
+// default MaxLease is then ceil(2 x 1000 x 5 ms / 1 s) = 10 per key per sync.
+const (
+	numKeys = 100
+	limit   = 1000
+	window  = time.Second
+)
+
+var keys = func() []string {
+	k := make([]string, numKeys)
+	for i := range k {
+		k[i] = "user:" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+// decider is one implementation under test.
+type decider func(ctx context.Context, key string) bool
+
+type impl struct {
+	name string
+	make func(b *testing.B, c *redis.Client) decider
+}
+
+var impls = []impl{
+	{"ours-log", func(b *testing.B, c *redis.Client) decider { return store(b, c, engine.SlidingLog) }},
+	{"ours-counter", func(b *testing.B, c *redis.Client) decider { return store(b, c, engine.SlidingCounter) }},
+	{"redis_rate", func(b *testing.B, c *redis.Client) decider {
+		l := redis_rate.NewLimiter(c)
+		lim := redis_rate.Limit{Rate: limit, Burst: limit, Period: window}
+		return func(ctx context.Context, key string) bool {
+			r, err := l.Allow(ctx, key, lim)
+			return err == nil && r.Allowed > 0
+		}
+	}},
+	{"zset-multi", func(b *testing.B, c *redis.Client) decider {
+		var seq atomic.Uint64
+		return func(ctx context.Context, key string) bool {
+			now := time.Now().UnixMicro()
+			var card *redis.IntCmd
+			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				k := "zset:" + key
+				p.ZRemRangeByScore(ctx, k, "-inf", "("+strconv.FormatInt(now-window.Microseconds(), 10))
+				p.ZAdd(ctx, k, redis.Z{Score: float64(now), Member: strconv.FormatInt(now, 10) + ":" + strconv.FormatUint(seq.Add(1), 10)})
+				card = p.ZCard(ctx, k)
+				p.Expire(ctx, k, window)
+				return nil
+			})
+			return err == nil && card.Val() <= limit
+		}
+	}},
+	{"hybrid-log", func(b *testing.B, c *redis.Client) decider { return hybrid(b, c, engine.SlidingLog) }},
+	{"hybrid-counter", func(b *testing.B, c *redis.Client) decider { return hybrid(b, c, engine.SlidingCounter) }},
+}
+
+func store(b *testing.B, c *redis.Client, alg engine.Algorithm) decider {
+	s, err := redisstore.New(redisstore.Config{Client: c, Algorithm: alg, Limit: limit, Window: window, Timeout: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return func(_ context.Context, key string) bool { return s.AllowN(key, 1).Allowed }
+}
+
+func hybrid(b *testing.B, c *redis.Client, alg engine.Algorithm) decider {
+	h, err := redisstore.NewHybrid(redisstore.HybridConfig{
+		Config: redisstore.Config{Client: c, Algorithm: alg, Limit: limit, Window: window, Timeout: time.Second},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Close() })
+	return func(_ context.Context, key string) bool { return h.AllowN(key, 1).Allowed }
+}
+
+// BenchmarkRedis runs every implementation serial and parallel against one
+// redis-server, flushed between runs. Metrics: decisions/s, p99-µs (one
+// decision's latency), allowed-% and admitted/s (what was admitted).
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Start(b)
+	for _, im := range impls {
+		for _, par := range []bool{false, true} {
+			mode := "serial"
+			if par {
+				mode = "parallel"
+			}
+			b.Run(fmt.Sprintf("%s/%s", im.name, mode), func(b *testing.B) {
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+				// Cleanups run last-in first-out: the limiters (a Hybrid's
+				// final sync) finish before the client closes.
+				b.Cleanup(func() { _ = c.Close() })
+				if err := c.FlushAll(context.Background()).Err(); err != nil {
+					b.Fatal(err)
+				}
+				decide := im.make(b, c)
+				run(b, decide, par)
+			})
+		}
+	}
+}
+
+// run measures b.N decisions, recording each one's latency.
+func run(b *testing.B, decide decider, parallel bool) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var all []time.Duration
+	var allowed atomic.Int64
+	var next atomic.Uint64
+	// Warm-up, untimed: every key once, so the hybrid measures warm keys
+	// (a key's first decision on a node is a round trip) and the scripts
+	// are loaded for everyone.
+	for _, k := range keys {
+		decide(ctx, k)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if parallel {
+		b.RunParallel(func(pb *testing.PB) {
+			lat := make([]time.Duration, 0, 1024)
+			ok := int64(0)
+			for pb.Next() {
+				k := keys[next.Add(1)%numKeys]
+				t0 := time.Now()
+				if decide(ctx, k) {
+					ok++
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			allowed.Add(ok)
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	} else {
+		all = make([]time.Duration, 0, b.N)
+		for i := range b.N {
+			t0 := time.Now()
+			if decide(ctx, keys[i%numKeys]) {
+				allowed.Add(1)
+			}
+			all = append(all, time.Since(t0))
+		}
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(all)
+	p99 := all[min(len(all)-1, len(all)*99/100)]
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+	b.ReportMetric(float64(p99)/float64(time.Microsecond), "p99-µs")
+	b.ReportMetric(100*float64(allowed.Load())/float64(b.N), "allowed-%")
+	b.ReportMetric(float64(allowed.Load())/elapsed.Seconds(), "admitted/s")
+}
