@@ -97,3 +97,31 @@ func BenchmarkHashMaphash(b *testing.B) {
 	}
 	_ = s
 }
+
+// BenchmarkEngineAllowParallel: distinct keys per goroutine; compare -cpu=1,2.
+func BenchmarkEngineAllowParallel(b *testing.B) {
+	for _, a := range algorithms {
+		b.Run(a.String()+"/keys=100k", func(b *testing.B) {
+			l, err := New(Config{Algorithm: a, Limit: 16, Window: time.Millisecond}) // keys recur every ~10 ms: always allowed
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			keys := make([]string, 100_000)
+			for i := range keys {
+				keys[i] = "client-" + strconv.Itoa(i)
+				l.Allow(keys[i])
+			}
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(7919))
+				for pb.Next() {
+					l.Allow(keys[i%len(keys)])
+					i += 13
+				}
+			})
+		})
+	}
+}
