@@ -8,7 +8,7 @@
 #   make profile     out/cpu.pprof, out/mem.pprof of a representative scenario
 #   make trace       out/trace.out of the same scenario
 #   make results     all of the above at RESULTS_* settings, then RESULTS.md
-BENCH_DIR      := out/bench
+BENCH_DIR      ?= out/bench
 BENCH_BASELINE ?= bench/baseline.txt
 BENCH_COUNT    ?= 10
 BENCH_TIME     ?= 1s
@@ -36,7 +36,7 @@ BENCH_PARALLEL := ^BenchmarkAllowParallel$$
 define bench-run
 	@mkdir -p $(BENCH_DIR)
 	@echo "(cd $(1) && go test -run '^$$' -bench '$(2)' $(3) .) >> $(4)" | tee -a $(BENCH_DIR)/commands.txt
-	@{ cd $(1) && $(GO) test -run '^$$' -bench '$(2)' $(3) . ; echo $$? > $(CURDIR)/$(BENCH_DIR)/.rc; } 2>&1 | tee -a $(CURDIR)/$(4); exit $$(cat $(BENCH_DIR)/.rc)
+	@{ cd $(1) && $(GO) test -run '^$$' -bench '$(2)' $(3) . ; echo $$? > $(abspath $(BENCH_DIR))/.rc; } 2>&1 | tee -a $(abspath $(4)); exit $$(cat $(BENCH_DIR)/.rc)
 endef
 
 .PHONY: bench benchstat bench-baseline compare profile trace results bench-big bench-smoke
