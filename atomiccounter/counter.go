@@ -115,19 +115,20 @@ func (c *Counter) At(now int64) (window, elapsed uint64) {
 }
 
 // roll returns the counts of word w as seen from window win: the word's
-// window may be win (as is), win-1 (cur becomes prev), or older (empty).
-// A word from a later window (a caller whose clock read lost a race with a
-// faster one) is used as is, at the start of its window: time never goes
-// back for a key.
+// window may be win (as is), win-1 (cur becomes prev), or older (empty). A
+// word one window ahead belongs to a caller whose clock read won a race with
+// ours: it is used as is, at the start of its window (time never goes back
+// for a key). Any other distance means old, including a word so old that
+// the 24-bit window number wrapped (a key left unswept for 2^24 windows).
 func (c *Counter) roll(w uint64, s *Snapshot) {
 	ww, prev, cur := Unpack(w)
-	switch d := (s.Window - ww) & windowMask; {
-	case d == 0:
+	switch (s.Window - ww) & windowMask {
+	case 0:
 		s.Prev, s.Cur = prev, cur
-	case d == 1:
+	case 1:
 		s.Prev, s.Cur = cur, 0
-	case d >= 1<<(WindowBits-1): // word is ahead of us
-		s.Window += windowMask + 1 - d
+	case windowMask: // one window ahead of us
+		s.Window++
 		s.Elapsed = 0
 		s.Prev, s.Cur = prev, cur
 	default:
@@ -198,30 +199,42 @@ func (c *Counter) First(now int64, n uint32) uint64 {
 }
 
 // Idle reports whether word w holds nothing that can count at now or later:
-// its window is two or more windows old. Free words are not idle (they are
-// already free).
+// its window is two or more windows old (see roll). Free words are not idle
+// (they are already free).
 func (c *Counter) Idle(w uint64, now int64) bool {
 	if w == Free {
 		return false
 	}
 	win, _ := c.At(now)
 	ww, _, _ := Unpack(w)
-	d := (win - ww) & windowMask
-	return d >= 2 && d < 1<<(WindowBits-1)
+	switch (win - ww) & windowMask {
+	case 0, 1, windowMask:
+		return false
+	}
+	return true
 }
 
 // ReadyAt returns the earliest time (ns since epoch) at which the key whose
 // word is w holds nothing: the start of the second window after its stored
-// window. A record freed while its key was active may be reused only from
-// then on (see package engine).
+// window.
 func (c *Counter) ReadyAt(w uint64, now int64) int64 {
+	if c.Idle(w, now) {
+		return now
+	}
 	win, _ := c.At(now)
 	ww, _, _ := Unpack(w)
-	full := win - (win-ww)&windowMask // the stored window, unmasked
-	if d := (win - ww) & windowMask; d >= 1<<(WindowBits-1) {
-		full = win + (windowMask + 1 - d) // stored window is ahead of now
+	full := win - (win-ww)&windowMask // stored window, unmasked: win or win-1
+	if (win-ww)&windowMask == windowMask {
+		full = win + 1
 	}
 	return max(now, int64((full+2)*c.window))
+}
+
+// Emptied returns the word that Reset stores: counts that are already two
+// windows old at now, hence empty, in a word that is not Free.
+func (c *Counter) Emptied(now int64) uint64 {
+	win, _ := c.At(now)
+	return Pack(win-2, 0, 1)
 }
 
 // Describe turns a snapshot into the figures of a Decision after n requests

@@ -70,6 +70,11 @@ const (
 	MaxCounterLimit = 1<<20 - 1
 )
 
+// MaxWindow is the longest Window (and SweepInterval) New accepts: a year
+// and a day, which keeps every sum of nanosecond durations far from
+// overflowing int64.
+const MaxWindow = 366 * 24 * time.Hour
+
 // Defaults applied by New where a Config field is zero.
 const (
 	DefaultMaxMemory     = 256 << 20 // bytes of key state, the seed's memory_limit_mb
@@ -97,7 +102,8 @@ type Config struct {
 	// at New; Stats reports both.
 	MaxMemory int64
 	// MaxKeys, if > 0, caps the number of tracked keys below what MaxMemory
-	// allows.
+	// allows. The cap is split evenly over shards (Config().MaxKeys reports
+	// the cap in force, which may round down to a multiple of Shards).
 	MaxKeys int
 	// SweepInterval is how often the background sweep reclaims idle keys
 	// (keys whose window holds nothing). 0 means DefaultSweepInterval.
@@ -133,6 +139,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Window <= 0 {
 		return c, invalid("Config.Window must be > 0, got %v", c.Window)
 	}
+	if c.Window > MaxWindow {
+		return c, invalid("Config.Window %v exceeds the maximum %v", c.Window, MaxWindow)
+	}
 	if c.MaxMemory < 0 {
 		return c, invalid("Config.MaxMemory must be >= 0, got %d", c.MaxMemory)
 	}
@@ -147,6 +156,9 @@ func (c Config) normalize() (Config, error) {
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.SweepInterval > MaxWindow {
+		return c, invalid("Config.SweepInterval %v exceeds the maximum %v", c.SweepInterval, MaxWindow)
 	}
 	if c.Shards < 0 || c.Shards > 1<<16 {
 		return c, invalid("Config.Shards must be in [0, 65536], got %d", c.Shards)

@@ -70,7 +70,16 @@
 // never-seen keys can neither grow memory past the bound nor reset the state
 // of a key that is being limited; it can only leave further new keys
 // untracked until tracked ones go idle. A key forgotten by Reset, or
-// reclaimed while idle, restarts with an empty window.
+// reclaimed while idle, restarts with an empty window. (Reset of a
+// SlidingLog key frees its record, which counts against the bound until the
+// old window would have emptied, at most one Window: see Reset.) The bound
+// covers the index and the slabs; freed records are chained through their
+// own hash words, so the free list costs nothing on top.
+//
+// The sweep also keeps time arithmetic exact: keys store 32-bit ticks
+// (SlidingLog) and 24-bit window numbers (SlidingCounter). A key left
+// unswept for 2^31 ticks or 2^23 windows (explicit times that jump, a
+// closed Limiter) is recognised as expired and restarts empty.
 //
 // # Time source
 //

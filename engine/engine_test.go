@@ -258,43 +258,45 @@ func TestCounterMatchesModel(t *testing.T) {
 // Limit, including when the key is new and they race to create it.
 func TestFrozenClockAdmitsExactlyLimit(t *testing.T) {
 	for _, a := range algorithms {
-		for _, limit := range []int{1, 7, 100} {
-			t.Run(fmt.Sprintf("%v/limit=%d", a, limit), func(t *testing.T) {
-				for round := 0; round < 20; round++ {
-					l := newLimiter(t, Config{Algorithm: a, Limit: limit, Window: time.Minute, Clock: &fakeClock{}})
-					var admitted atomic.Int64
-					var wg sync.WaitGroup
-					start := make(chan struct{})
-					for g := 0; g < 8; g++ {
-						wg.Add(1)
-						go func(g int) {
-							defer wg.Done()
-							<-start
-							for i := 0; i < limit; i++ {
-								n := 1 + (g+i)%2 // mix Allow and AllowN(2)
-								if n > limit {
-									n = 1
+		for _, limit := range []int{1, 2, 7, 100} {
+			for _, penalty := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/limit=%d/penalty=%v", a, limit, penalty), func(t *testing.T) {
+					for round := 0; round < 20; round++ {
+						l := newLimiter(t, Config{Algorithm: a, Limit: limit, Window: time.Minute, Clock: &fakeClock{}, Penalty: penalty})
+						var admitted atomic.Int64
+						var wg sync.WaitGroup
+						start := make(chan struct{})
+						for g := 0; g < 8; g++ {
+							wg.Add(1)
+							go func(g int) {
+								defer wg.Done()
+								<-start
+								for i := 0; i < limit; i++ {
+									n := 1 + (g+i)%2 // mix Allow and AllowN(2)
+									if n > limit {
+										n = 1
+									}
+									if d := l.AllowNAt("hot", n, 42); d.Allowed {
+										admitted.Add(int64(n))
+									}
 								}
-								if d := l.AllowNAt("hot", n, 42); d.Allowed {
-									admitted.Add(int64(n))
-								}
-							}
-						}(g)
+							}(g)
+						}
+						close(start)
+						wg.Wait()
+						if got := admitted.Load(); got > int64(limit) || got < int64(limit)-1 {
+							t.Fatalf("round %d: admitted %d requests, want %d (or %d when only a pair was left)", round, got, limit, limit-1)
+						}
+						if l.Len() != 1 {
+							t.Fatalf("Len = %d: racing creators made %d states", l.Len(), l.Len())
+						}
+						// Whatever remains is exactly the gap to Limit.
+						if p := l.PeekAt("hot", 42); !penalty && p.Remaining != limit-int(admitted.Load()) {
+							t.Fatalf("Peek Remaining = %d, admitted %d of %d", p.Remaining, admitted.Load(), limit)
+						}
 					}
-					close(start)
-					wg.Wait()
-					if got := admitted.Load(); got > int64(limit) || got < int64(limit)-1 {
-						t.Fatalf("round %d: admitted %d requests, want %d (or %d when only a pair was left)", round, got, limit, limit-1)
-					}
-					if l.Len() != 1 {
-						t.Fatalf("Len = %d: racing creators made %d states", l.Len(), l.Len())
-					}
-					// Whatever remains is exactly the gap to Limit.
-					if p := l.PeekAt("hot", 42); p.Remaining != limit-int(admitted.Load()) {
-						t.Fatalf("Peek Remaining = %d, admitted %d of %d", p.Remaining, admitted.Load(), limit)
-					}
-				}
-			})
+				})
+			}
 		}
 	}
 }
@@ -468,8 +470,17 @@ func TestResetForgetsKey(t *testing.T) {
 		}
 		l.Reset("a")
 		l.Reset("never-seen")
-		if l.Len() != 0 || !l.Allow("a") {
-			t.Fatalf("%v: key not forgotten", a)
+		if d := l.Peek("a"); !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("%v: after Reset, Peek = %+v, want the whole limit", a, d)
+		}
+		if d := l.AllowN("a", 2); !d.Allowed {
+			t.Fatalf("%v: key not forgotten: %+v", a, d)
+		}
+		if l.Allow("a") {
+			t.Fatalf("%v: limit not enforced after Reset", a)
+		}
+		if a == SlidingLog && l.Len() != 1 {
+			t.Fatalf("%v: Len = %d after Reset and one new request", a, l.Len())
 		}
 	}
 }
@@ -504,5 +515,123 @@ func TestCloseIsIdempotent(t *testing.T) {
 	}
 	if !l.Allow("after-close") {
 		t.Fatal("Limiter stopped deciding after Close")
+	}
+}
+
+// Regression (penalty ABA, see ring): many goroutines, several requests each
+// per tick, penalty on: never more than Limit admitted in any one window.
+func TestPenaltyNeverOverAdmits(t *testing.T) {
+	rounds := 300
+	if testing.Short() {
+		rounds = 50
+	}
+	for round := 0; round < rounds; round++ {
+		l := newLimiter(t, Config{Algorithm: SlidingLog, Limit: 2, Window: time.Second, Clock: &fakeClock{}, Penalty: true})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 3; i++ {
+					if l.AllowAt("k", 1000).Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted.Load() != 2 {
+			t.Fatalf("round %d: admitted %d at one tick with Limit 2", round, admitted.Load())
+		}
+	}
+}
+
+// Regression: a key idle so long that 32-bit ticks (log) or 24-bit window
+// numbers (counter) wrapped was denied instead of starting empty, when no
+// sweep had reclaimed it (explicit times, a fast clock, a closed Limiter).
+func TestLongIdleKeyStartsEmpty(t *testing.T) {
+	cases := []struct {
+		a      Algorithm
+		limit  int
+		window time.Duration
+		later  time.Duration
+	}{
+		{SlidingLog, 1, time.Second, 40 * time.Minute},
+		{SlidingLog, 3, time.Second, 72 * time.Minute},
+		{SlidingCounter, 1, time.Millisecond, 3 * time.Hour},
+		{SlidingCounter, 5, time.Millisecond, 280 * time.Minute}, // 2^24 windows of 1 ms
+	}
+	for _, c := range cases {
+		l := newLimiter(t, Config{Algorithm: c.a, Limit: c.limit, Window: c.window, Clock: &fakeClock{}})
+		l.AllowNAt("k", c.limit, 0)
+		d := l.AllowNAt("k", c.limit, int64(c.later))
+		if !d.Allowed || d.Remaining != 0 {
+			t.Errorf("%v: after %v idle, AllowN(Limit) = %+v, want allowed", c.a, c.later, d)
+		}
+		if l.AllowAt("k", int64(c.later)).Allowed {
+			t.Errorf("%v: limit not enforced after the restart", c.a)
+		}
+	}
+}
+
+// Regression: Reset of active keys kept their records out of use, so a
+// small table filled up and new keys overflowed while nothing was tracked.
+func TestResetDoesNotExhaustCapacity(t *testing.T) {
+	clk := &fakeClock{}
+	l := newLimiter(t, Config{Algorithm: SlidingCounter, Limit: 5, Window: time.Minute, Clock: clk, Shards: 1, MaxKeys: 100, Overflow: OverflowDeny})
+	for i := 0; i < 1000; i++ {
+		k := fmt.Sprint("login-", i%150)
+		l.Allow(k)
+		l.Reset(k)
+	}
+	if d := l.Allow("newcomer"); !d {
+		t.Fatalf("new key refused after Resets: %+v", l.Stats())
+	}
+	// SlidingLog frees the record and reuses it after the old window.
+	ll := newLimiter(t, Config{Algorithm: SlidingLog, Limit: 5, Window: time.Second, Clock: clk, Shards: 1, MaxKeys: 10, Overflow: OverflowDeny})
+	for i := 0; i < 10; i++ {
+		ll.Allow(fmt.Sprint("k", i))
+		ll.Reset(fmt.Sprint("k", i))
+	}
+	clk.t.Add(int64(2 * time.Second))
+	for i := 0; i < 10; i++ {
+		if !ll.Allow(fmt.Sprint("again", i)) {
+			t.Fatalf("record %d not reusable a window after its Reset: %+v", i, ll.Stats())
+		}
+	}
+}
+
+// Regression: MaxKeys below the shard count tracked one key per shard.
+func TestMaxKeysIsACap(t *testing.T) {
+	for _, max := range []int{1, 10, 100, 1000} {
+		l := newLimiter(t, Config{Algorithm: SlidingCounter, Limit: 1, Window: time.Hour, MaxKeys: max, Shards: 64})
+		if got := l.Config().MaxKeys; got > max || got < max/2 {
+			t.Fatalf("MaxKeys %d: cap in force %d", max, got)
+		}
+		for i := 0; i < 3*max; i++ {
+			l.Allow(fmt.Sprint("k", i))
+		}
+		if l.Len() > max {
+			t.Fatalf("MaxKeys %d: tracking %d keys", max, l.Len())
+		}
+	}
+}
+
+// Regression: windows near MaxInt64 overflowed the tick and delay arithmetic.
+func TestWindowBounds(t *testing.T) {
+	for _, a := range algorithms {
+		if _, err := New(Config{Algorithm: a, Limit: 1, Window: MaxWindow + 1}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "Config.Window") {
+			t.Fatalf("%v: Window past MaxWindow: %v", a, err)
+		}
+		l := newLimiter(t, Config{Algorithm: a, Limit: 2, Window: MaxWindow, Clock: &fakeClock{}})
+		d := l.AllowNAt("k", 2, 0)
+		if !d.Allowed || d.ResetAfter < MaxWindow {
+			t.Fatalf("%v: %+v", a, d)
+		}
+		d = l.AllowAt("k", int64(time.Hour))
+		if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*MaxWindow {
+			t.Fatalf("%v: denied decision %+v", a, d)
+		}
 	}
 }

@@ -98,11 +98,17 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
 			c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
 	}
-	maxKeys := perShard * int64(c.Shards)
-	if c.MaxKeys > 0 && int64(c.MaxKeys) < maxKeys {
-		maxKeys = int64(c.MaxKeys)
+	if c.MaxKeys > 0 {
+		// MaxKeys is a cap: split it evenly (rounding down), with fewer
+		// shards when there are fewer keys than shards.
+		for c.Shards > 1 && c.MaxKeys < c.Shards {
+			c.Shards /= 2
+		}
+		perShard = min(perShard, int64(c.MaxKeys/c.Shards))
+		l.cfg.Shards = c.Shards
 	}
-	maxKeys = min(maxKeys, int64(shard.MaxRecordsPerShard)*int64(c.Shards))
+	perShard = min(perShard, shard.MaxRecordsPerShard)
+	maxKeys := perShard * int64(c.Shards)
 	l.cfg.MaxKeys = int(maxKeys)
 	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes})
 	if l.clock == nil {
@@ -230,6 +236,10 @@ func (l *Limiter) take(key string, n int, rel int64, detail bool) Decision {
 				}
 			} else {
 				st, out := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), detail)
+				if st == ring.Expired {
+					l.expire(s, h, rel)
+					continue
+				}
 				if st != ring.Stale {
 					ok := st == ring.Allowed
 					l.stats.count(h, ok)
@@ -368,6 +378,20 @@ func (l *Limiter) tryKill(s *shard.Shard, r uint32, rel int64, soonest *int64) b
 	return true
 }
 
+// expire frees the record of a key whose state is too old to read (its
+// ticks wrapped: it sat idle and unswept for 2^31 ticks), so that the caller
+// recreates it empty. Such a state is idle, so freeing it is safe.
+func (l *Limiter) expire(s *shard.Shard, h uint64, rel int64) {
+	s.Lock()
+	defer s.Unlock()
+	if ref, ok := l.table.Find(s, h); ok {
+		soonest := int64(math.MaxInt64)
+		if l.tryKill(s, ref, rel, &soonest) {
+			l.table.Release(s, ref, rel, rel)
+		}
+	}
+}
+
 func (l *Limiter) freeWord() uint64 {
 	if l.alg == SlidingCounter {
 		return atomiccounter.Free
@@ -400,6 +424,10 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 			return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
 		}
 		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
+		if st == ring.Expired {
+			l.expire(s, h, rel)
+			continue
+		}
 		if st == ring.Stale {
 			s.Lock()
 			s.Unlock()
@@ -414,12 +442,31 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 }
 
 // Reset forgets key's state: its next request starts on an empty window.
-// The record is reused for another key only once the old state would have
-// emptied by itself.
+//
+// SlidingCounter empties the key's word in place. SlidingLog cannot empty a
+// ring in place without breaking the ring's only-raise rule that keeps late
+// writers harmless, so it frees the key's record; the record is reused (for
+// any key) only once the old state would have emptied by itself, at most
+// one Window later, and until then it counts against the key bound.
+// A Reset racing with requests for the same key may keep the effect of
+// requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) {
 	h := l.table.Hash(key)
-	s := l.table.Shard(h)
 	rel := l.rel(l.Now())
+	if l.alg == SlidingCounter {
+		_, rec, _ := l.table.Lookup(h)
+		if rec == nil {
+			return // a key being created now is created empty anyway
+		}
+		emptied := l.counter.Emptied(rel)
+		for {
+			w := rec.State.Load()
+			if w == atomiccounter.Free || rec.Hash.Load() != h || rec.State.CompareAndSwap(w, emptied) {
+				return
+			}
+		}
+	}
+	s := l.table.Shard(h)
 	s.Lock()
 	defer s.Unlock()
 	ref, ok := l.table.Find(s, h)

@@ -88,6 +88,7 @@ const (
 	Denied  Status = iota // not admitted (recorded only in Penalty mode)
 	Allowed               // admitted and recorded
 	Stale                 // the record is free or belongs to another key: look the key up again
+	Expired               // the state is older than ticks can tell (wrapped): recreate the key
 )
 
 // Outcome describes a decision for the Decision fields. Delays are in
@@ -96,6 +97,23 @@ type Outcome struct {
 	Remaining  uint32
 	RetryAfter uint32 // when denied: ticks until n requests would pass
 	ResetAfter uint32 // ticks until no recorded request is in the window
+}
+
+// effective returns the tick a request at now counts at: now, or the
+// key's newest tick if that is later (time never goes back for a key: a
+// request that read the clock before a concurrent one and lost the race
+// counts at the later tick, so the ring stays sorted). A newest tick more
+// than a window ahead of now is no race: it is so old that 32-bit ticks
+// wrapped (the key sat unswept for 2^31 ticks), and the state is expired.
+func (r *Ring) effective(now, last uint32) (t uint32, expired bool) {
+	ahead := int32(last - now)
+	if ahead <= 0 {
+		return now, false
+	}
+	if ahead > int32(r.wq) {
+		return 0, true
+	}
+	return last, false
 }
 
 // inWindow reports whether tick ts counts at tick t.
@@ -143,9 +161,9 @@ func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
-		t := now
-		if int32(t-last) < 0 {
-			t = last // time never goes back for a key: the ring stays sorted
+		t, expired := r.effective(now, last)
+		if expired {
+			return Expired, Outcome{}
 		}
 		old := r.at(slots, last, next, batch, n-1)
 		ok := !r.inWindow(t, old)
@@ -153,12 +171,22 @@ func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 		if detail {
 			out = r.describe(slots, last, next, batch, now, t, n, ok, ok || r.penalty)
 		}
-		if !ok && !r.penalty {
+		// In Penalty mode a denial is recorded, unless its n oldest entries
+		// are already at t: then recording changes nothing. Skipping it is
+		// what keeps head words from repeating: every claim at tick t now
+		// replaces at least one entry older than t, and the newest batch
+		// (at t) is the last stretch of a lap, so the head can never come
+		// back to (t, next, batch) and a paused claimer's CAS cannot succeed
+		// on a state it did not see (ABA).
+		if !ok && (!r.penalty || r.at(slots, last, next, batch, 0) == t) {
 			// The slots read above are stable while the head is v (only the
 			// newest batch's slots change, and those were not read): the
 			// decision holds at the moment of the slot load iff the head is
-			// still v now. Head words never repeat (last never decreases, and
-			// a full lap needs last to move past the window), so no ABA.
+			// still v now. Head words never repeat: last never decreases, and
+			// at one tick every claim replaces an entry older than that tick
+			// (an admission needs one outside the window; a penalty record
+			// one older than t, see below), so no lap completes at one tick.
+			// Hence no ABA, here or at the CAS below.
 			if head.Load() != v {
 				continue
 			}
@@ -194,9 +222,9 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
-		t := now
-		if int32(t-last) < 0 {
-			t = last
+		t, expired := r.effective(now, last)
+		if expired {
+			return Expired, Outcome{}
 		}
 		ok := !r.inWindow(t, r.at(slots, last, next, batch, 0))
 		out := r.describe(slots, last, next, batch, now, t, 1, ok, false)
@@ -286,7 +314,7 @@ func (r *Ring) Idle(h uint64, now uint32) bool {
 	}
 	last, _, _ := Unpack(h)
 	age := int32(now - last)
-	return age > int32(r.wq)
+	return age > int32(r.wq) || age < -int32(r.wq) // empty window, or wrapped (see effective)
 }
 
 // ReadyAt returns the tick from which head word h holds nothing.

@@ -151,3 +151,56 @@ func TestIdleAndReady(t *testing.T) {
 		t.Fatalf("ReadyAt = %d", r.ReadyAt(h))
 	}
 }
+
+// Regression: in Penalty mode a recorded denial at the tick of the newest
+// batch brought the head word back to an earlier value, so a claimer paused
+// before its CAS (it had seen that earlier value) over-admitted (ABA).
+func TestPenaltyDenialAtSameTickDoesNotRepeatHead(t *testing.T) {
+	r := New(2, 10, true)
+	var head, id atomic.Uint64
+	id.Store(1)
+	slots := make([]atomic.Uint32, 2)
+	const T = 5000
+	head.Store(r.First(slots, T-100, 1)) // one old entry
+	// an admission at T: head (T, 0+... ) with the old slot still old
+	if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Allowed {
+		t.Fatalf("first request at T: %d", st)
+	}
+	seen := head.Load() // what a paused claimer would have loaded
+	if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Allowed {
+		t.Fatalf("second request at T: %d", st)
+	}
+	for i := 0; i < 5; i++ { // denied and recorded: changes nothing at T
+		if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Denied {
+			t.Fatalf("request %d at T: %d, want Denied", i+3, st)
+		}
+		if head.Load() == seen {
+			t.Fatalf("head word %#x came back after %d penalty denials at one tick", seen, i+1)
+		}
+	}
+	// a recorded denial that does replace an older entry still moves the head
+	before := head.Load()
+	if st, _ := r.Take(&head, &id, 1, slots, T+5, 1, false); st != Denied || head.Load() == before {
+		t.Fatalf("penalty denial at a later tick: status %d, head moved %v", st, head.Load() != before)
+	}
+}
+
+// Regression: a key whose newest tick is more than 2^31 ticks old looked
+// like it was "in the future" and was denied until the difference wrapped.
+func TestWrappedStateIsExpired(t *testing.T) {
+	r := New(1, 1000, false)
+	var head, id atomic.Uint64
+	id.Store(1)
+	slots := make([]atomic.Uint32, 1)
+	head.Store(r.First(slots, 0, 1))
+	late := uint32(1<<31 + 12345) // 2^31 ticks later: last looks ahead of now
+	if st, _ := r.Take(&head, &id, 1, slots, late, 1, false); st != Expired {
+		t.Fatalf("Take on a wrapped state: %d, want Expired", st)
+	}
+	if !r.Idle(head.Load(), late) {
+		t.Fatal("a wrapped state is not idle, so the sweep would never reclaim it")
+	}
+	if r.Idle(head.Load(), 0) || r.Idle(Pack(10, 0, 1), 5) { // a clock race (last slightly ahead) is not idle
+		t.Fatal("fresh or slightly-ahead state reported idle")
+	}
+}

@@ -144,8 +144,10 @@ type shardWrite struct {
 	bytes     atomic.Int64 // bytes of chunks and index
 	used      uint32       // index entries in use
 	allocated uint32       // records handed out of chunks so far (bump pointer)
-	free      []Deferred   // records reusable now (ReadyAt is when they became so)
-	deferred  []Deferred   // records reusable from a given time on
+	freeHead  uint32       // first free record + 1 (0: none); the list runs through the records' Hash words
+	freeLen   uint32       // records on the free list
+	freeReady int64        // latest time a record on the free list became reusable
+	deferred  []Deferred   // records reusable from a given time on, oldest first
 	cursor    uint32       // where the next reclaim scan starts
 	idleHint  int64        // caller's note: no idle record expected before this time
 }
@@ -328,21 +330,22 @@ func (s *Shard) growChunks(t *Table) bool {
 
 // Alloc hands out a record for a new key: a freed one, a deferred one whose
 // time has come, or a fresh one while the shard is below its bound. readyAt
-// is the time from which the record's previous owner holds nothing (0 for a
+// is a time from which the record's previous owner holds nothing (0 for a
 // fresh record); the caller must not date the new key's state earlier. ok
 // is false when none is available (the caller may reclaim an idle record).
 func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) {
-	if n := len(s.free); n > 0 {
-		d := s.free[n-1]
-		s.free = s.free[:n-1]
-		return d.Ref, d.ReadyAt, true
+	if s.freeHead != 0 {
+		ref = s.freeHead - 1
+		rec, _ := t.Record(s, ref)
+		s.freeHead = uint32(rec.Hash.Load())
+		s.freeLen--
+		return ref, s.freeReady, true
 	}
-	for i, d := range s.deferred {
-		if d.ReadyAt <= now {
-			s.deferred[i] = s.deferred[len(s.deferred)-1]
-			s.deferred = s.deferred[:len(s.deferred)-1]
-			return d.Ref, d.ReadyAt, true
-		}
+	if len(s.deferred) > 0 && s.deferred[0].ReadyAt <= now {
+		d := s.deferred[0]
+		s.deferred = s.deferred[1:]
+		s.bytes.Add(-int64(unsafe.Sizeof(d)))
+		return d.Ref, d.ReadyAt, true
 	}
 	if s.allocated < t.perShard {
 		if c := s.chunks[s.allocated>>t.chunkShift].Load(); c == nil && !s.growChunks(t) {
@@ -361,8 +364,11 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 func (s *Shard) IdleHint() int64     { return s.idleHint }
 func (s *Shard) SetIdleHint(t int64) { s.idleHint = t }
 
-// Deferred returns the number of records waiting to become reusable.
+// DeferredLen returns the number of records waiting to become reusable.
 func (s *Shard) DeferredLen() int { return len(s.deferred) }
+
+// FreeLen returns the number of records ready for reuse.
+func (s *Shard) FreeLen() int { return int(s.freeLen) }
 
 // Insert adds h -> ref to the index of s, growing it past a load of 0.8.
 func (t *Table) Insert(s *Shard, h uint64, ref uint32) {
@@ -440,14 +446,25 @@ func (t *Table) Remove(s *Shard, h uint64, ref uint32) bool {
 	return true
 }
 
-// Release returns a record whose key was removed from the index: reusable
-// at once when readyAt <= now, else from readyAt on.
+// Release returns a record whose key was removed from the index and whose
+// State was set to the Table's Free word: reusable at once when readyAt <=
+// now, else from readyAt on. A free record's Hash word holds the free-list
+// link, so freed records cost no memory beyond their slab; a lock-free
+// reader that still finds the record sees its Free State first.
 func (t *Table) Release(s *Shard, ref uint32, readyAt, now int64) {
 	if readyAt <= now {
-		s.free = append(s.free, Deferred{Ref: ref, ReadyAt: readyAt})
+		rec, _ := t.Record(s, ref)
+		rec.Hash.Store(uint64(s.freeHead))
+		s.freeHead = ref + 1
+		s.freeLen++
+		s.freeReady = max(s.freeReady, readyAt)
 		return
 	}
+	// Deferred records are rare (a Reset of an active key); each costs an
+	// entry here, counted in Bytes. ReadyAt is at most one window ahead, so
+	// the list stays nearly sorted and Alloc looks at its head only.
 	s.deferred = append(s.deferred, Deferred{Ref: ref, ReadyAt: readyAt})
+	s.bytes.Add(int64(unsafe.Sizeof(Deferred{})))
 }
 
 // Scan visits up to budget handed-out records of s starting at its scan
