@@ -23,3 +23,6 @@ loadgen-results: $(LOADGEN_BIN)
 	$(LOADGEN_BIN) -q -out out/loadgen -md out/results-fragments/loadgen.md \
 		-note "engine: $$(git log -1 --format='%h %s' -- engine | cut -c1-72)" $(LOADGEN_FLAGS); \
 	rc=$$?; if [ $$rc -gt 1 ]; then exit $$rc; fi
+
+# make results includes the load test figures (out/results-fragments/loadgen.md).
+RESULTS_DEPS += loadgen-results
