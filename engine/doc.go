@@ -86,7 +86,7 @@
 // Time is monotonic only: Config.Clock (nanoseconds that never go back), or
 // the engine's own clock, a cached monotonic reading refreshed every
 // ClockRefresh (500 µs) by one shared goroutine: reading it costs an atomic
-// load instead of the ~30 ns of a monotonic clock read, and it lags true
+// load instead of the ~36 ns of a monotonic clock read, and it lags true
 // time by at most ClockRefresh plus that goroutine's scheduling delay.
 // AllowAt, AllowNAt and PeekAt take an explicit time from the same clock
 // (Limiter.Now), so a gateway can read the clock once per request and tests
