@@ -145,7 +145,6 @@ type shardWrite struct {
 	used      uint32       // index entries in use
 	allocated uint32       // records handed out of chunks so far (bump pointer)
 	freeHead  uint32       // first free record + 1 (0: none); the list runs through the records' Hash words
-	freeLen   uint32       // records on the free list
 	freeReady int64        // latest time a record on the free list became reusable
 	deferred  []Deferred   // records reusable from a given time on, oldest first
 	cursor    uint32       // where the next reclaim scan starts
@@ -225,9 +224,6 @@ func (t *Table) ShardAt(i int) *Shard { return &t.shards[i] }
 
 // Capacity returns the bound on records (per shard bound times shards).
 func (t *Table) Capacity() int { return int(t.perShard) * len(t.shards) }
-
-// SlotsPer returns the ring size per record.
-func (t *Table) SlotsPer() int { return int(t.slotsPer) }
 
 // home and tag of a hash. The shard uses the low bits, the home slot bits
 // 20 and up, the tag the top 8 bits: independent for any table size.
@@ -338,7 +334,6 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 		ref = s.freeHead - 1
 		rec, _ := t.Record(s, ref)
 		s.freeHead = uint32(rec.Hash.Load())
-		s.freeLen--
 		return ref, s.freeReady, true
 	}
 	if len(s.deferred) > 0 && s.deferred[0].ReadyAt <= now {
@@ -364,11 +359,6 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 func (s *Shard) IdleHint() int64     { return s.idleHint }
 func (s *Shard) SetIdleHint(t int64) { s.idleHint = t }
 
-// DeferredLen returns the number of records waiting to become reusable.
-func (s *Shard) DeferredLen() int { return len(s.deferred) }
-
-// FreeLen returns the number of records ready for reuse.
-func (s *Shard) FreeLen() int { return int(s.freeLen) }
 
 // Insert adds h -> ref to the index of s, growing it past a load of 0.8.
 func (t *Table) Insert(s *Shard, h uint64, ref uint32) {
@@ -456,7 +446,6 @@ func (t *Table) Release(s *Shard, ref uint32, readyAt, now int64) {
 		rec, _ := t.Record(s, ref)
 		rec.Hash.Store(uint64(s.freeHead))
 		s.freeHead = ref + 1
-		s.freeLen++
 		s.freeReady = max(s.freeReady, readyAt)
 		return
 	}
