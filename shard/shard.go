@@ -359,7 +359,6 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 func (s *Shard) IdleHint() int64     { return s.idleHint }
 func (s *Shard) SetIdleHint(t int64) { s.idleHint = t }
 
-
 // Insert adds h -> ref to the index of s, growing it past a load of 0.8.
 func (t *Table) Insert(s *Shard, h uint64, ref uint32) {
 	ix := s.index.Load()
