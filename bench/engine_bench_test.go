@@ -3,7 +3,6 @@ package bench
 import (
 	"flag"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,16 +64,6 @@ func populate(b *testing.B, lim *engine.Limiter, keys []string) {
 	}
 }
 
-func reportAllowed(b *testing.B, allowed int) {
-	b.ReportMetric(float64(allowed)/float64(max(b.N, 1)), "allowed/op")
-}
-
-func reportPerKey(b *testing.B, pk measure.PerKey) {
-	b.ReportMetric(pk.Bytes, "heap-B/key")
-	b.ReportMetric(pk.ScanBytes, "gcscan-B/key")
-	b.ReportMetric(float64(pk.GCCycle.Nanoseconds()), "gc-ns")
-}
-
 func BenchmarkAllow(b *testing.B) {
 	for _, algo := range algos {
 		b.Run(algo.String(), func(b *testing.B) {
@@ -101,7 +90,7 @@ func benchHot(b *testing.B, algo engine.Algorithm, p keyset.Profile) {
 			allowed++
 		}
 	}
-	reportAllowed(b, allowed)
+	measure.ReportAllowed(b, allowed)
 }
 
 // benchKeys populates n keys once and runs each access distribution over
@@ -128,8 +117,8 @@ func benchKeys(b *testing.B, algo engine.Algorithm, n int) {
 				}
 				i++
 			}
-			reportAllowed(b, allowed)
-			reportPerKey(b, pk)
+			measure.ReportAllowed(b, allowed)
+			measure.ReportPerKey(b, pk)
 		})
 	}
 	if n >= 10_000_000 {
@@ -146,40 +135,16 @@ func BenchmarkAllowParallel(b *testing.B) {
 				seq := keyset.Sequence(n, keyset.Uniform)
 				lim := newLimiter(b, algo, keyset.Keyed, n)
 				populate(b, lim, keys)
-				runParallel(b, func(g, i int) bool {
+				measure.RunParallel(b, func(g, i int) bool {
 					// Each goroutine walks the sequence from its own offset.
 					return lim.Allow(keys[seq[(g<<16+i)&(len(seq)-1)]])
 				})
 			})
 			b.Run("hotkey", func(b *testing.B) {
 				lim := newLimiter(b, algo, keyset.HotAllowed, 0)
-				runParallel(b, func(int, int) bool { return lim.Allow("hot") })
+				measure.RunParallel(b, func(int, int) bool { return lim.Allow("hot") })
 			})
 		})
-	}
-}
-
-// runParallel runs allow on GOMAXPROCS goroutines (g is the goroutine's
-// number, i its iteration) and reports allowed/op and decisions/s.
-func runParallel(b *testing.B, allow func(g, i int) bool) {
-	var gids, allowed atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		g := int(gids.Add(1))
-		ok, i := 0, 0
-		for pb.Next() {
-			if allow(g, i) {
-				ok++
-			}
-			i++
-		}
-		allowed.Add(int64(ok))
-	})
-	b.StopTimer()
-	reportAllowed(b, int(allowed.Load()))
-	if s := b.Elapsed().Seconds(); s > 0 {
-		b.ReportMetric(float64(b.N)/s, "decisions/s")
 	}
 }
 
@@ -196,7 +161,7 @@ func BenchmarkAllowN(b *testing.B) {
 						allowed++
 					}
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 			b.Run("keys=100k/uniform", func(b *testing.B) {
 				keys := keyset.Keys(n)
@@ -213,7 +178,7 @@ func BenchmarkAllowN(b *testing.B) {
 					}
 					i++
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 		})
 	}
@@ -235,7 +200,7 @@ func BenchmarkPeek(b *testing.B) {
 						allowed++
 					}
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 			b.Run("keys=100k/uniform", func(b *testing.B) {
 				keys := keyset.Keys(n)
@@ -251,7 +216,7 @@ func BenchmarkPeek(b *testing.B) {
 					}
 					i++
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 		})
 	}
@@ -282,7 +247,7 @@ func BenchmarkNewKeys(b *testing.B) {
 				i++
 			}
 			end := lim.Stats()
-			reportAllowed(b, allowed)
+			measure.ReportAllowed(b, allowed)
 			ops := float64(max(b.N, 1))
 			b.ReportMetric(float64(end.Reclaimed-start.Reclaimed)/ops, "reclaimed/op")
 			b.ReportMetric(float64(end.Overflow-start.Overflow)/ops, "overflow/op")

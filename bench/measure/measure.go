@@ -3,6 +3,8 @@ package measure
 import (
 	"runtime"
 	"runtime/metrics"
+	"sync/atomic"
+	"testing"
 	"time"
 )
 
@@ -69,4 +71,45 @@ func sub(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
+}
+
+// The helpers below report the figures under the metric names that
+// cmd/resultsmd reads, for the engine suite and the peers alike.
+
+// ReportAllowed reports the fraction of b.N decisions that admitted, so
+// that "allowed" and "denied" scenarios can be checked.
+func ReportAllowed(b *testing.B, allowed int) {
+	b.ReportMetric(float64(allowed)/float64(max(b.N, 1)), "allowed/op")
+}
+
+// ReportPerKey reports heap and GC-scan bytes per key and the extra GC
+// cycle time measured by Since.
+func ReportPerKey(b *testing.B, pk PerKey) {
+	b.ReportMetric(pk.Bytes, "heap-B/key")
+	b.ReportMetric(pk.ScanBytes, "gcscan-B/key")
+	b.ReportMetric(float64(pk.GCCycle.Nanoseconds()), "gc-ns")
+}
+
+// RunParallel runs allow on GOMAXPROCS goroutines (g is the goroutine's
+// number from 1, i its iteration) and reports allowed/op and decisions/s.
+func RunParallel(b *testing.B, allow func(g, i int) bool) {
+	var gids, allowed atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		g := int(gids.Add(1))
+		ok, i := 0, 0
+		for pb.Next() {
+			if allow(g, i) {
+				ok++
+			}
+			i++
+		}
+		allowed.Add(int64(ok))
+	})
+	b.StopTimer()
+	ReportAllowed(b, int(allowed.Load()))
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "decisions/s")
+	}
 }

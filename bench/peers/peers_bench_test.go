@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/slidelimit/slidelimit/bench/keyset"
@@ -59,10 +58,6 @@ func build(b *testing.B, im Impl, p keyset.Profile, keys int) Limiter {
 	return l
 }
 
-func reportAllowed(b *testing.B, allowed int) {
-	b.ReportMetric(float64(allowed)/float64(max(b.N, 1)), "allowed/op")
-}
-
 // BenchmarkAllow is the engine suite's BenchmarkAllow on every
 // implementation: one hot key allowed or denied, and existing keys with
 // uniform and Zipf access. Names: BenchmarkAllow/<scenario>/impl=<name>.
@@ -87,7 +82,7 @@ func BenchmarkAllow(b *testing.B) {
 							allowed++
 						}
 					}
-					reportAllowed(b, allowed)
+					measure.ReportAllowed(b, allowed)
 				})
 			}
 		})
@@ -135,10 +130,8 @@ func benchKeys(b *testing.B, im Impl, n int, d keyset.Dist) {
 		}
 		i++
 	}
-	reportAllowed(b, allowed)
-	b.ReportMetric(pk.Bytes, "heap-B/key")
-	b.ReportMetric(pk.ScanBytes, "gcscan-B/key")
-	b.ReportMetric(float64(pk.GCCycle.Nanoseconds()), "gc-ns")
+	measure.ReportAllowed(b, allowed)
+	measure.ReportPerKey(b, pk)
 	if tracked >= 0 {
 		b.ReportMetric(float64(tracked)/float64(n), "tracked/key")
 	}
@@ -156,7 +149,7 @@ func BenchmarkAllowParallel(b *testing.B) {
 				for _, k := range keys {
 					l.Allow(k)
 				}
-				runParallel(b, func(g, i int) bool { return l.Allow(keys[seq[(g<<16+i)&(len(seq)-1)]]) })
+				measure.RunParallel(b, func(g, i int) bool { return l.Allow(keys[seq[(g<<16+i)&(len(seq)-1)]]) })
 			})
 		}
 	})
@@ -164,32 +157,10 @@ func BenchmarkAllowParallel(b *testing.B) {
 		for _, im := range impls() {
 			b.Run("impl="+im.Name, func(b *testing.B) {
 				l := build(b, im, keyset.HotAllowed, 0)
-				runParallel(b, func(int, int) bool { return l.Allow("hot") })
+				measure.RunParallel(b, func(int, int) bool { return l.Allow("hot") })
 			})
 		}
 	})
-}
-
-func runParallel(b *testing.B, allow func(g, i int) bool) {
-	var gids, allowed atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		g := int(gids.Add(1))
-		ok, i := 0, 0
-		for pb.Next() {
-			if allow(g, i) {
-				ok++
-			}
-			i++
-		}
-		allowed.Add(int64(ok))
-	})
-	b.StopTimer()
-	reportAllowed(b, int(allowed.Load()))
-	if s := b.Elapsed().Seconds(); s > 0 {
-		b.ReportMetric(float64(b.N)/s, "decisions/s")
-	}
 }
 
 // BenchmarkAllowN runs batches of 4 on the implementations that take n.
@@ -206,7 +177,7 @@ func BenchmarkAllowN(b *testing.B) {
 						allowed++
 					}
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 		}
 	})
@@ -229,7 +200,7 @@ func BenchmarkAllowN(b *testing.B) {
 					}
 					i++
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 		}
 	})
@@ -257,7 +228,7 @@ func BenchmarkPeek(b *testing.B) {
 					}
 					i++
 				}
-				reportAllowed(b, allowed)
+				measure.ReportAllowed(b, allowed)
 			})
 		}
 	})
@@ -281,7 +252,7 @@ func BenchmarkNewKeys(b *testing.B) {
 				}
 				i++
 			}
-			reportAllowed(b, allowed)
+			measure.ReportAllowed(b, allowed)
 		})
 	}
 }
