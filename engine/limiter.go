@@ -181,20 +181,20 @@ func (l *Limiter) Allow(key string) bool {
 		if l.alg == SlidingCounter {
 			st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
 			if st == atomiccounter.Stale {
-				return l.take(key, 1, rel, false).Allowed
+				return l.decide(h, 1, rel, false).Allowed
 			}
 			ok = st == atomiccounter.Allowed
 		} else {
 			st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
 			if st == ring.Stale || st == ring.Expired {
-				return l.take(key, 1, rel, false).Allowed
+				return l.decide(h, 1, rel, false).Allowed
 			}
 			ok = st == ring.Allowed
 		}
 		l.stats.count(h, ok)
 		return ok
 	}
-	return l.take(key, 1, rel, false).Allowed
+	return l.decide(h, 1, rel, false).Allowed
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
@@ -241,7 +241,11 @@ func (l *Limiter) take(key string, n int, rel int64, detail bool) Decision {
 		l.stats.count(0, false)
 		return Decision{Limit: l.limit}
 	}
-	h := l.table.Hash(key)
+	return l.decide(l.table.Hash(key), n, rel, detail)
+}
+
+// decide is take for a valid n and the key's hash h.
+func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
 	for {
 		s, rec, slots := l.table.Lookup(h)
 		if rec != nil {
