@@ -1,6 +1,9 @@
 // Package engine is slidelimit's public API: a per-key sliding-window rate
-// limiter for API gateways, deciding in tens of nanoseconds without
-// allocating, for millions of keys.
+// limiter for API gateways, deciding without locks or allocations for
+// millions of keys. A decision on a key in the CPU caches takes tens of
+// nanoseconds (41-61 ns for one hot key in RESULTS.md); one whose key,
+// index entry and record all miss the caches (100k keys or more, accessed
+// at random) takes a few hundred, set by memory latency.
 //
 //	l, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 100, Window: time.Minute})
 //	if err != nil { ... }
