@@ -22,14 +22,11 @@ import "github.com/redis/go-redis/v9"
 //
 // n > L and n <= 0 never reach the scripts (the Store denies them first).
 
-// logScript is SlidingLog on a sorted set, the engine's ring in Redis: the
-// set keeps the last L recorded timestamps (score = µs, member =
-// "<µs>:<seq>", seq from KEYS[2] so members stay unique at equal
-// timestamps). A request of n at t is admitted iff at most L-n recorded
-// entries lie in the closed interval [t-W, t]. As in the engine, time never
-// goes back for a key (t = max(now, newest entry)), and delays count from
-// the unclamped now.
-var logScript = redis.NewScript(`
+// decisionArgs opens both decision scripts: their common arguments
+// (ARGV[1] limit L, [2] window W in µs, [3] n, [4] mode 0 peek / 1 record
+// when admitted / 2 record always (penalty), [5] explicit µs time for tests,
+// empty in production) and the time, the server's TIME unless ARGV[5] is set.
+const decisionArgs = `
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
@@ -39,7 +36,16 @@ if not now then
   local tm = redis.call('TIME')
   now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
 end
-local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+`
+
+// logScript is SlidingLog on a sorted set, the engine's ring in Redis: the
+// set keeps the last L recorded timestamps (score = µs, member =
+// "<µs>:<seq>", seq from KEYS[2] so members stay unique at equal
+// timestamps). A request of n at t is admitted iff at most L-n recorded
+// entries lie in the closed interval [t-W, t]. As in the engine, time never
+// goes back for a key (t = max(now, newest entry)), and delays count from
+// the unclamped now.
+var logScript = redis.NewScript(decisionArgs + `local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 local last = tonumber(top[2])
 local t = now
 if last and last > t then t = last end
@@ -116,17 +122,7 @@ return {allowed and 1 or 0, remaining, retry, reset}
 // window ahead of now (time never goes back for a key) is used as is, at
 // its start. Remaining, RetryAfter and ResetAfter follow
 // atomiccounter.Describe.
-var counterScript = redis.NewScript(`
-local L = tonumber(ARGV[1])
-local W = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if not now then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-end
-local MAX = 1048575
+var counterScript = redis.NewScript(decisionArgs + `local MAX = 1048575
 -- fdiv is floor(a/b) for integers a, b > 0, corrected for the rounding of
 -- the double quotient.
 local function fdiv(a, b)
