@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Decision is the full answer for one request.
 type Decision struct {
@@ -12,9 +15,14 @@ type Decision struct {
 }
 
 // RateLimiter is the Limiter-shaped API that every backend satisfies (the
-// in-memory *Limiter here, the Redis store in package redisstore), so that
-// middleware can take either. Implementations are safe for concurrent use
-// and never panic on any key.
+// in-memory *Limiter here, the Redis store and the hybrid in package
+// redisstore), so that middleware can take either. Implementations are safe
+// for concurrent use and never panic on any key.
+//
+// The Context variants are for callers that can give up: a backend that
+// makes a network call (Redis) stops waiting when ctx ends, and returns the
+// decision its failure policy made together with an error saying why. The
+// in-memory Limiter never blocks, ignores ctx and never returns an error.
 type RateLimiter interface {
 	// AllowN admits n requests for key, all or none.
 	AllowN(key string, n int) Decision
@@ -22,6 +30,14 @@ type RateLimiter interface {
 	Peek(key string) Decision
 	// Reset forgets key's state.
 	Reset(key string)
+
+	// AllowNContext is AllowN that stops waiting for a remote backend
+	// when ctx ends.
+	AllowNContext(ctx context.Context, key string, n int) (Decision, error)
+	// PeekContext is Peek that stops waiting when ctx ends.
+	PeekContext(ctx context.Context, key string) (Decision, error)
+	// ResetContext is Reset that stops waiting when ctx ends.
+	ResetContext(ctx context.Context, key string) error
 }
 
 // Stats is a snapshot of a Limiter's counters. Counters are monotonic;

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -16,6 +17,11 @@ type fixedLimiter struct{ d engine.Decision }
 func (f fixedLimiter) AllowN(string, int) engine.Decision { return f.d }
 func (f fixedLimiter) Peek(string) engine.Decision        { return f.d }
 func (f fixedLimiter) Reset(string)                       {}
+func (f fixedLimiter) AllowNContext(context.Context, string, int) (engine.Decision, error) {
+	return f.d, nil
+}
+func (f fixedLimiter) PeekContext(context.Context, string) (engine.Decision, error) { return f.d, nil }
+func (f fixedLimiter) ResetContext(context.Context, string) error                   { return nil }
 
 // The handlers write no status: the recorder's default 200 stands, and no
 // WriteHeader call makes the recorder snapshot (clone) the header map, a

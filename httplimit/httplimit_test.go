@@ -405,7 +405,9 @@ func TestConcurrentRequestsCountExactly(t *testing.T) {
 	var ok, denied atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for range each {
 				res, err := http.Get(srv.URL)
 				if err != nil {
@@ -422,7 +424,7 @@ func TestConcurrentRequestsCountExactly(t *testing.T) {
 					t.Errorf("status %d", res.StatusCode)
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 	if ok.Load() != limit || denied.Load() != workers*each-limit {

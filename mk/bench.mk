@@ -53,7 +53,7 @@ benchstat: bench
 		cp $(BENCH_DIR)/engine.txt $(BENCH_BASELINE); \
 		echo "no baseline: created $(BENCH_BASELINE) from this run; commit it"; \
 	fi
-	$(GO) tool benchstat $(BENCH_BASELINE) $(BENCH_DIR)/engine.txt
+	$(GO) tool -modfile=cmd/resultsmd/go.mod benchstat $(BENCH_BASELINE) $(BENCH_DIR)/engine.txt
 
 ## bench-baseline: make the last engine run the committed baseline.
 bench-baseline:
@@ -69,7 +69,7 @@ compare:
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/peers.txt
 	$(call bench-run,bench/peers,$(BENCH_SERIAL),-count=$(COMPARE_COUNT) -benchtime=$(COMPARE_TIME),$(BENCH_DIR)/peers.txt)
 	$(call bench-run,bench/peers,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -count=$(COMPARE_COUNT) -benchtime=$(COMPARE_TIME),$(BENCH_DIR)/peers.txt)
-	$(GO) run ./cmd/resultsmd -ratio $(BENCH_DIR)/peers.txt
+	$(GO) run -C cmd/resultsmd . -ratio $(abspath $(BENCH_DIR))/peers.txt
 
 ## profile: CPU and heap profiles of one representative scenario.
 profile:
@@ -92,14 +92,17 @@ results:
 	$(MAKE) bench-big
 	$(MAKE) compare COMPARE_COUNT=$(RESULTS_COUNT) COMPARE_TIME=$(RESULTS_TIME)
 	$(if $(strip $(RESULTS_DEPS)),$(MAKE) $(RESULTS_DEPS))
-	$(GO) run ./cmd/resultsmd -o RESULTS.md -label "$(RESULTS_LABEL)"
+	$(GO) run -C cmd/resultsmd . -in $(abspath $(BENCH_DIR)) -fragments $(CURDIR)/out/results-fragments \
+		-peers-module $(CURDIR)/bench/peers -o $(CURDIR)/RESULTS.md -label "$(RESULTS_LABEL)"
 	@echo "wrote RESULTS.md"
 
 ## bench-smoke (make test): every benchmark once, never judging a time,
-## plus vet and race tests of the nested peer module, which ./... skips.
+## plus vet and tests of the nested modules (bench/peers, cmd/resultsmd),
+## which ./... skips.
 bench-smoke:
 	$(GO) test -short -run '^$$' -bench . -benchtime=1x ./bench/...
 	cd bench/peers && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
 		$(GO) test -short -run '^$$' -bench . -benchtime=1x ./...
+	cd cmd/resultsmd && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 TEST_EXTRA += bench-smoke

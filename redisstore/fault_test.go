@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/logging"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
@@ -24,7 +23,7 @@ func TestServerKilled(t *testing.T) {
 	for _, pol := range []FailPolicy{FailOpen, FailClosed, FailLocal} {
 		t.Run(pol.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
-			client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 			defer client.Close()
 			const limit, nodes = 4, 2
 			s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: limit, Window: time.Hour,
@@ -110,7 +109,7 @@ func TestServerKilled(t *testing.T) {
 // Config.Timeout; the timeout is counted and the policy decides.
 func TestSlowServerTimesOut(t *testing.T) {
 	srv := redistest.Start(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer client.Close()
 	admin := newClient(t, srv.Addr())
 	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingCounter, Limit: 10, Window: time.Second,
@@ -157,4 +156,10 @@ func TestErrorReplyDoesNotTrip(t *testing.T) {
 // quietClientLog drops go-redis's internal log lines ("failed to dial ..."),
 // which the fault tests provoke on purpose. The logger is process-wide; no
 // test here depends on it.
-func quietClientLog(*testing.T) { redis.SetLogger(&logging.VoidLogger{}) }
+// voidLogger drops go-redis's internal log lines (reconnect noise while a
+// server is stopped on purpose).
+type voidLogger struct{}
+
+func (voidLogger) Printf(context.Context, string, ...interface{}) {}
+
+func quietClientLog(*testing.T) { redis.SetLogger(voidLogger{}) }

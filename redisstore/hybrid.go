@@ -474,4 +474,22 @@ func (h *Hybrid) Close() error {
 	return h.s.Close()
 }
 
+// AllowNContext is AllowN. Hybrid decides from leases renewed in the
+// background, so a decision waits on Redis only when the key has no live
+// lease; that wait is bounded by Config.Timeout.
+func (h *Hybrid) AllowNContext(_ context.Context, key string, n int) (engine.Decision, error) {
+	return h.AllowN(key, n), nil
+}
+
+// PeekContext is Peek.
+func (h *Hybrid) PeekContext(_ context.Context, key string) (engine.Decision, error) {
+	return h.Peek(key), nil
+}
+
+// ResetContext is Reset.
+func (h *Hybrid) ResetContext(_ context.Context, key string) error {
+	h.Reset(key)
+	return nil
+}
+
 var _ engine.RateLimiter = (*Hybrid)(nil)

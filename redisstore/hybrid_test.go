@@ -90,7 +90,9 @@ func TestHybridOvershoot(t *testing.T) {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for n := range nodes {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for _, r := range trace {
 				if r.node != n {
 					continue
@@ -105,7 +107,7 @@ func TestHybridOvershoot(t *testing.T) {
 					mu.Unlock()
 				}
 			}
-		})
+		}()
 	}
 	wg.Wait()
 

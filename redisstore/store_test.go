@@ -157,7 +157,9 @@ func TestConcurrentOneKey(t *testing.T) {
 			var wg sync.WaitGroup
 			var firstErr atomic.Value
 			for range workers {
-				wg.Go(func() {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
 					for range each {
 						d, err := s.AllowNContext(context.Background(), "hot", 1)
 						if err != nil {
@@ -167,7 +169,7 @@ func TestConcurrentOneKey(t *testing.T) {
 							admitted.Add(1)
 						}
 					}
-				})
+				}()
 			}
 			wg.Wait()
 			if err := firstErr.Load(); err != nil {
