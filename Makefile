@@ -1,24 +1,65 @@
 # slidelimit Makefile. Component makefiles live in mk/*.mk and may append to
 # TEST_DEPS (things `make test` must install or start first) and TEST_EXTRA
 # (extra checks run after the unit tests, e.g. every benchmark once).
+#
+# Test steps run `go test -json` through internal/testsummary ($(call
+# gotest,...)): the screen shows one line per package and every failure, the
+# raw output (benchmark rows included) goes to $(TEST_OUT)/STEP.jsonl, and
+# `make test` ends with a summary of every step: packages, tests passed,
+# failed and skipped, why each skip happened, what could not run here.
 GO ?= go
+SHELL := /bin/bash
 TEST_DEPS :=
 TEST_EXTRA :=
+TEST_OUT := $(CURDIR)/out/test
+TESTSUM  := $(TEST_OUT)/bin/testsummary
+# Lines appended here are printed in the summary under "Not run on this machine".
+TEST_NOTES := $(TEST_OUT)/notes.txt
+
+# $(call gotest,STEP,DIR,ARGS): go test -json ARGS in DIR, streamed through
+# testsummary; fails when go test fails (pipefail) or a test failed.
+define gotest
+	@set -o pipefail; cd $(2) && $(GO) test -json $(3) 2>&1 | $(TESTSUM) stream -step $(1) -o $(TEST_OUT)/$(1).jsonl
+endef
 
 .DEFAULT_GOAL := help
 
 -include mk/*.mk
 
-.PHONY: help test vet unit
+.PHONY: help test test-steps vet unit testsummary test-under-load
 help:
-	@echo "make run    - the main job: load test with a latency/GC verdict"
-	@echo "make test   - go vet + go test -race ./... (+ what the tests need)"
+	@echo "make run              - the main job: load test with a latency/GC verdict"
+	@echo "make test             - go vet + go test -race ./... (+ what the tests need), with a summary"
+	@echo "make test-under-load  - make test 3 times in a row while two busy loops hold both cores"
 
-## test: vet, then every test under -race, then the extra checks.
-test: vet $(TEST_DEPS) unit $(TEST_EXTRA)
+## test: vet, then every test under -race, then the extra checks; a summary at the end.
+## Steps keep going after a failure (make -k), so one failure does not hide another.
+test:
+	@rm -rf $(TEST_OUT) && mkdir -p $(TEST_OUT) && date +%s > $(TEST_OUT)/.start && : > $(TEST_NOTES)
+	@echo "make test: vet, unit tests under -race, then: $(strip $(TEST_EXTRA)). Raw output: $(TEST_OUT)/"
+	@$(MAKE) --no-print-directory -k test-steps; rc=$$?; \
+	if [ -x $(TESTSUM) ]; then \
+		$(TESTSUM) final -since $$(cat $(TEST_OUT)/.start) -notes $(TEST_NOTES) $$(ls $(TEST_OUT)/*.jsonl 2>/dev/null); src=$$?; \
+	else src=1; fi; \
+	if [ $$rc -ne 0 ] || [ $$src -ne 0 ]; then echo "make test: FAILED"; exit 1; fi; echo "make test: PASS"
+
+test-steps: vet $(TEST_DEPS) unit $(TEST_EXTRA)
+
+testsummary:
+	@mkdir -p $(dir $(TESTSUM)) && $(GO) build -o $(TESTSUM) ./internal/testsummary
 
 vet:
 	$(GO) vet ./...
 
-unit: vet $(TEST_DEPS)
-	$(GO) test -race -count=1 ./...
+unit: vet $(TEST_DEPS) testsummary
+	$(call gotest,unit-race,$(CURDIR),-race -count=1 ./...)
+
+## test-under-load: the flake check. Two busy loops hold both cores while
+## make test runs three times in a row; any failure stops it.
+test-under-load:
+	@trap 'kill $$b1 $$b2 2>/dev/null' EXIT; \
+	(while :; do :; done) & b1=$$!; (while :; do :; done) & b2=$$!; \
+	for i in 1 2 3; do \
+		echo "== test-under-load: run $$i of 3 (busy loops $$b1 $$b2)"; \
+		$(MAKE) --no-print-directory test || { echo "test-under-load: run $$i FAILED"; exit 1; }; \
+	done; echo "test-under-load: 3 of 3 runs passed with both cores busy"

@@ -1,6 +1,6 @@
 module github.com/slidelimit/slidelimit
 
-go 1.24.0
+go 1.24
 
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0

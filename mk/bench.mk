@@ -98,11 +98,13 @@ results:
 
 ## bench-smoke (make test): every benchmark once, never judging a time,
 ## plus vet and tests of the nested modules (bench/peers, cmd/resultsmd),
-## which ./... skips.
-bench-smoke:
-	$(GO) test -short -run '^$$' -bench . -benchtime=1x ./bench/...
-	cd bench/peers && $(GO) vet ./... && $(GO) test -race -count=1 ./... && \
-		$(GO) test -short -run '^$$' -bench . -benchtime=1x ./...
-	cd cmd/resultsmd && $(GO) vet ./... && $(GO) test -count=1 ./...
+## which ./... skips. Benchmark rows go to $(TEST_OUT)/*.jsonl, not the screen.
+bench-smoke: testsummary
+	$(call gotest,bench-once,$(CURDIR),-short -run '^$$' -bench . -benchtime=1x ./bench/...)
+	cd bench/peers && $(GO) vet ./...
+	$(call gotest,peers-race,$(CURDIR)/bench/peers,-race -count=1 ./...)
+	$(call gotest,peers-bench-once,$(CURDIR)/bench/peers,-short -run '^$$' -bench . -benchtime=1x ./...)
+	cd cmd/resultsmd && $(GO) vet ./...
+	$(call gotest,resultsmd,$(CURDIR)/cmd/resultsmd,-count=1 ./...)
 
 TEST_EXTRA += bench-smoke

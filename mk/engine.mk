@@ -3,5 +3,5 @@
 TEST_EXTRA += engine-scale
 
 .PHONY: engine-scale
-engine-scale:
-	$(GO) test -count=1 -run 'TestTenMillion|TestDefaultsTrack' -v ./engine
+engine-scale: testsummary
+	$(call gotest,engine-scale,$(CURDIR),-count=1 -run 'TestTenMillion|TestDefaultsTrack' -v ./engine)

@@ -45,7 +45,7 @@ run-http: gateway
 .PHONY: httplimit-bench-smoke
 ## httplimit-bench-smoke (make test): the middleware benchmarks once each, so
 ## none rots; no time is judged.
-httplimit-bench-smoke:
-	$(GO) test -run '^$$' -bench . -benchtime=1x ./httplimit/
+httplimit-bench-smoke: testsummary
+	$(call gotest,httplimit-bench-once,$(CURDIR),-run '^$$' -bench . -benchtime=1x ./httplimit/)
 
 TEST_EXTRA += httplimit-bench-smoke

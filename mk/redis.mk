@@ -17,9 +17,10 @@ REDIS_BENCH_CPU   ?= 1,2
 redis-server-dep:
 	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
 	if [ "$$(id -u)" -ne 0 ]; then \
-		echo "redis-server is missing and installing it needs root:"; \
-		echo "    sudo apt-get update && sudo apt-get install -y redis-server"; \
-		exit 1; \
+		echo "*** redis-server is missing and installing it needs root: the Redis tests will be SKIPPED."; \
+		echo "*** To run them: sudo apt-get update && sudo apt-get install -y redis-server"; \
+		mkdir -p $(TEST_OUT); echo "redis-server not installed and not root: every test that needs a Redis server is skipped (see the skip list above); install Debian's redis-server to run them" >> $(TEST_NOTES); \
+		exit 0; \
 	fi; \
 	echo "installing redis-server (Debian package) for the redisstore tests"; \
 	DEBIAN_FRONTEND=noninteractive apt-get update && \

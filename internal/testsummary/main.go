@@ -1,0 +1,351 @@
+// Command testsummary keeps `make test` readable: it reads the event stream
+// of `go test -json`, keeps the whole stream in a file, and prints only what
+// a person needs: one line per package, the output of every failed test and
+// every build failure, and at the end a summary of all the steps of the run
+// (packages, tests passed, failed and skipped, why each skip happened,
+// benchmarks run once, wall time).
+//
+//	go test -json ./... | testsummary stream -step unit -o out/test/unit.jsonl
+//	testsummary final -since 1700000000 out/test/*.jsonl
+//
+// stream exits 1 when a test or a build failed, so the make step fails;
+// final exits 1 when any step's stream holds a failure. Lines in the notes
+// file (-notes) are printed in the summary: steps that could not run at all
+// (no redis-server and no root to install it, no Go 1.24 toolchain) say so
+// there, so a skip is never silent.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// event is one line of `go test -json` (cmd/test2json), including the
+// build events that Go 1.24 added.
+type event struct {
+	Action     string
+	Package    string
+	Test       string
+	Output     string
+	Elapsed    float64
+	ImportPath string
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "stream":
+		fs := flag.NewFlagSet("stream", flag.ExitOnError)
+		out := fs.String("o", "", "file that receives the raw JSON stream (required)")
+		step := fs.String("step", "", "name of this step, printed before its lines")
+		fs.Parse(os.Args[2:])
+		if *out == "" {
+			usage()
+		}
+		os.Exit(stream(os.Stdin, os.Stdout, *out, *step))
+	case "final":
+		fs := flag.NewFlagSet("final", flag.ExitOnError)
+		since := fs.Int64("since", 0, "unix time the run started (for the wall time)")
+		notes := fs.String("notes", "", "file of lines to print as notes (missing file: none)")
+		fs.Parse(os.Args[2:])
+		os.Exit(final(os.Stdout, fs.Args(), *since, *notes))
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: testsummary stream -o FILE [-step NAME] < go-test-json\n       testsummary final [-since UNIX] [-notes FILE] FILE...")
+	os.Exit(2)
+}
+
+// result is what one stream (one step) held.
+type result struct {
+	step                 string
+	packages, failedPkgs []string
+	passed, failed, skip int
+	benchmarks           int
+	skips                map[string][]string // reason -> "pkg.Test"
+	failures             []string            // "pkg.Test" or "pkg (build)"
+	emptyPackages        int                 // packages with no test files
+	pkgSeen              map[string]bool
+	testOut              map[string][]string // pkg/test -> output lines
+	buildOut             map[string][]string // import path -> build output
+	pendingPkgOut        map[string][]string // package-level output
+	printFailures        io.Writer
+	printPackages        io.Writer
+}
+
+func newResult(step string) *result {
+	return &result{
+		step: step, skips: map[string][]string{}, pkgSeen: map[string]bool{},
+		testOut: map[string][]string{}, buildOut: map[string][]string{}, pendingPkgOut: map[string][]string{},
+	}
+}
+
+// add folds one event in; when printing is on it prints package lines and
+// failures as they complete.
+func (r *result) add(e event) {
+	key := e.Package + "\x00" + e.Test
+	switch e.Action {
+	case "build-output":
+		r.buildOut[e.ImportPath] = append(r.buildOut[e.ImportPath], e.Output)
+	case "build-fail":
+		r.failures = append(r.failures, e.ImportPath+" (build)")
+		if r.printFailures != nil {
+			fmt.Fprintf(r.printFailures, "BUILD FAIL %s\n%s", e.ImportPath, strings.Join(r.buildOut[e.ImportPath], ""))
+		}
+	case "output":
+		if e.Test != "" {
+			r.testOut[key] = append(r.testOut[key], e.Output)
+		} else {
+			r.pendingPkgOut[e.Package] = append(r.pendingPkgOut[e.Package], e.Output)
+		}
+	case "run":
+		if strings.HasPrefix(e.Test, "Benchmark") && !strings.Contains(e.Test, "/") {
+			r.benchmarks++
+		}
+	case "pass", "fail", "skip":
+		if e.Test == "" {
+			r.packageDone(e)
+			return
+		}
+		if strings.HasPrefix(e.Test, "Benchmark") {
+			if e.Action == "fail" {
+				r.testFailed(e, key)
+			}
+			delete(r.testOut, key)
+			return
+		}
+		switch e.Action {
+		case "pass":
+			r.passed++
+		case "fail":
+			r.testFailed(e, key)
+		case "skip":
+			r.skip++
+			reason := skipReason(r.testOut[key])
+			r.skips[reason] = append(r.skips[reason], shortPkg(e.Package)+"."+e.Test)
+		}
+		delete(r.testOut, key)
+	}
+}
+
+func (r *result) testFailed(e event, key string) {
+	r.failed++
+	name := shortPkg(e.Package) + "." + e.Test
+	r.failures = append(r.failures, name)
+	if r.printFailures != nil {
+		fmt.Fprintf(r.printFailures, "--- FAIL %s\n%s", name, strings.Join(r.testOut[key], ""))
+	}
+}
+
+func (r *result) packageDone(e event) {
+	if r.pkgSeen[e.Package] {
+		return
+	}
+	r.pkgSeen[e.Package] = true
+	out := r.pendingPkgOut[e.Package]
+	delete(r.pendingPkgOut, e.Package)
+	noTests := false
+	for _, l := range out {
+		if strings.Contains(l, "[no test files]") {
+			noTests = true
+		}
+	}
+	switch {
+	case e.Action == "fail":
+		r.failedPkgs = append(r.failedPkgs, e.Package)
+		if r.printFailures != nil {
+			// Package-level output holds panics, timeouts and TestMain
+			// failures that belong to no single test.
+			fmt.Fprintf(r.printFailures, "FAIL %s\n%s", e.Package, strings.Join(tail(out, 40), ""))
+		}
+	case noTests:
+		r.emptyPackages++
+		return
+	}
+	r.packages = append(r.packages, e.Package)
+	if r.printPackages != nil && e.Action != "fail" {
+		fmt.Fprintf(r.printPackages, "ok   %-60s %6.2fs\n", e.Package, e.Elapsed)
+	}
+}
+
+// skipReason is the last line a skipped test logged before "--- SKIP",
+// without the file:line prefix: the argument of t.Skip.
+func skipReason(lines []string) string {
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := strings.TrimSpace(lines[i])
+		if l == "" || strings.HasPrefix(l, "--- SKIP") || strings.HasPrefix(l, "=== ") {
+			continue
+		}
+		if i := strings.Index(l, ": "); i > 0 && strings.Contains(l[:i], ".go:") {
+			l = l[i+2:]
+		}
+		return l
+	}
+	return "(no reason given)"
+}
+
+func shortPkg(p string) string { return strings.TrimPrefix(p, "github.com/slidelimit/slidelimit/") }
+
+func tail(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// stream copies stdin to the file and prints progress; it returns the exit
+// status for make.
+func stream(in io.Reader, stdout io.Writer, path, step string) int {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "testsummary:", err)
+		return 2
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testsummary:", err)
+		return 2
+	}
+	defer f.Close()
+	r := newResult(step)
+	r.printFailures, r.printPackages = stdout, stdout
+	if step != "" {
+		fmt.Fprintf(stdout, "== %s\n", step)
+	}
+	parse(io.TeeReader(in, f), r, stdout)
+	if r.failed > 0 || len(r.failedPkgs) > 0 || len(r.failures) > 0 {
+		fmt.Fprintf(stdout, "== %s: FAILED (%d tests failed, %d packages failed)\n", step, r.failed, len(r.failedPkgs))
+		return 1
+	}
+	return 0
+}
+
+// parse reads events; a line that is not JSON (the go command's own
+// messages on stderr, merged in: downloads, a vet or setup error) is echoed
+// so nothing is lost. Whether the step failed is go test's exit status
+// (make runs the pipe with pipefail) or a fail event.
+func parse(in io.Reader, r *result, echo io.Writer) {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			if echo != nil && len(line) > 0 {
+				fmt.Fprintf(echo, "%s\n", line)
+			}
+			continue
+		}
+		r.add(e)
+	}
+}
+
+// final prints the summary of every step's stream.
+func final(w io.Writer, files []string, since int64, notesPath string) int {
+	var all []*result
+	bad := false
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			fmt.Fprintln(w, "testsummary:", err)
+			bad = true
+			continue
+		}
+		r := newResult(strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)))
+		parse(f, r, nil)
+		f.Close()
+		all = append(all, r)
+	}
+	fmt.Fprintln(w, "")
+	fmt.Fprintln(w, "==================== make test summary ====================")
+	var passed, failed, skipped, benches int
+	pkgs := map[string]bool{}
+	skips := map[string][]string{}
+	var failures []string
+	for _, r := range all {
+		fmt.Fprintf(w, "%-16s %3d packages  %5d passed  %3d failed  %3d skipped  %3d benchmarks run once\n",
+			r.step, len(r.packages), r.passed, r.failed, r.skip, r.benchmarks)
+		passed += r.passed
+		failed += r.failed
+		skipped += r.skip
+		benches += r.benchmarks
+		for _, p := range r.packages {
+			pkgs[p] = true
+		}
+		for reason, tests := range r.skips {
+			for _, t := range tests {
+				skips[reason] = append(skips[reason], r.step+": "+t)
+			}
+		}
+		for _, f := range r.failures {
+			failures = append(failures, r.step+": "+f)
+		}
+		for _, p := range r.failedPkgs {
+			failures = append(failures, r.step+": package "+shortPkg(p))
+		}
+	}
+	if len(skips) > 0 {
+		fmt.Fprintln(w, "\nSkipped tests, by reason:")
+		reasons := make([]string, 0, len(skips))
+		for k := range skips {
+			reasons = append(reasons, k)
+		}
+		sort.Strings(reasons)
+		for _, reason := range reasons {
+			tests := skips[reason]
+			fmt.Fprintf(w, "  %d skipped: %s\n", len(tests), reason)
+			show := tests
+			if len(show) > 6 {
+				show = show[:6]
+			}
+			fmt.Fprintf(w, "      %s", strings.Join(show, ", "))
+			if len(tests) > len(show) {
+				fmt.Fprintf(w, " and %d more", len(tests)-len(show))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if notesPath != "" {
+		if b, err := os.ReadFile(notesPath); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+			fmt.Fprintln(w, "\nNot run on this machine:")
+			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				fmt.Fprintln(w, "  "+l)
+			}
+		}
+	}
+	if len(failures) > 0 {
+		fmt.Fprintln(w, "\nFailed:")
+		for _, f := range failures {
+			fmt.Fprintln(w, "  "+f)
+		}
+	}
+	fmt.Fprintf(w, "\n%d distinct packages tested; raw output in %s\n", len(pkgs), dirOf(files))
+	if since > 0 {
+		fmt.Fprintf(w, "wall time %s\n", time.Since(time.Unix(since, 0)).Round(time.Second))
+	}
+	// The plain closing line (CI reads it): totals over every step.
+	fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	if failed > 0 || len(failures) > 0 || bad {
+		return 1
+	}
+	return 0
+}
+
+func dirOf(files []string) string {
+	if len(files) == 0 {
+		return "(none)"
+	}
+	return filepath.Dir(files[0])
+}
