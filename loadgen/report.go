@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"sort"
 	"strings"
 	"time"
 )
@@ -118,7 +119,7 @@ func (c chart) open(b *strings.Builder) {
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, c.left, c.top, c.w-c.left-c.right, c.h-c.top-c.bottom)
 }
 
-func (c chart) line(b *strings.Builder, xs, ys []float64, color, label string, dashed bool) {
+func (c chart) line(b *strings.Builder, labels *[]endLabel, xs, ys []float64, color, label string, dashed bool) {
 	if len(xs) == 0 {
 		return
 	}
@@ -131,7 +132,38 @@ func (c chart) line(b *strings.Builder, xs, ys []float64, color, label string, d
 		dash = ` stroke-dasharray="6,4"`
 	}
 	fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="1.5"%s points="%s"/>`, color, dash, strings.TrimSpace(pts.String()))
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`, c.w-c.right+5, c.py(ys[len(ys)-1])+4, color, template.HTMLEscapeString(label))
+	*labels = append(*labels, endLabel{y: c.py(ys[len(ys)-1]) + 4, color: color, text: label})
+}
+
+// endLabel names a line at its right end.
+type endLabel struct {
+	y           float64
+	color, text string
+}
+
+// labelGap is the least vertical distance between two end labels: about
+// one line of the 11 px font.
+const labelGap = 12
+
+// drawLabels writes the end labels, moved apart where lines end close
+// together (p99.9 and max often do): sorted by height, each label is pushed
+// down to at least labelGap below the one above it, then the stack is moved
+// up as a whole if it runs past the bottom of the chart.
+func (c chart) drawLabels(b *strings.Builder, labels []endLabel) {
+	sort.SliceStable(labels, func(i, j int) bool { return labels[i].y < labels[j].y })
+	for i := 1; i < len(labels); i++ {
+		labels[i].y = math.Max(labels[i].y, labels[i-1].y+labelGap)
+	}
+	if n := len(labels); n > 0 {
+		if over := labels[n-1].y - (c.h - c.bottom); over > 0 {
+			for i := range labels {
+				labels[i].y -= over
+			}
+		}
+	}
+	for _, l := range labels {
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" fill="%s">%s</text>`, c.w-c.right+5, l.y, l.color, template.HTMLEscapeString(l.text))
+	}
 }
 
 func timelineSVG(r *Result) string {
@@ -176,12 +208,14 @@ func timelineSVG(r *Result) string {
 		}
 		return ys
 	}
-	c.line(&b, xs, get(func(p Point) int64 { return p.Max }), "#d62728", "max", false)
-	c.line(&b, xs, get(func(p Point) int64 { return p.P999 }), "#ff7f0e", "p99.9", false)
-	c.line(&b, xs, get(func(p Point) int64 { return p.P99 }), "#1f77b4", "p99", false)
-	c.line(&b, xs, get(func(p Point) int64 { return p.P50 }), "#2ca02c", "p50", false)
+	var labels []endLabel
+	c.line(&b, &labels, xs, get(func(p Point) int64 { return p.Max }), "#d62728", "max", false)
+	c.line(&b, &labels, xs, get(func(p Point) int64 { return p.P999 }), "#ff7f0e", "p99.9", false)
+	c.line(&b, &labels, xs, get(func(p Point) int64 { return p.P99 }), "#1f77b4", "p99", false)
+	c.line(&b, &labels, xs, get(func(p Point) int64 { return p.P50 }), "#2ca02c", "p50", false)
 	obj := float64(r.Config.ObjP99Ns)
-	c.line(&b, []float64{0, last}, []float64{obj, obj}, "#000", "P99 objective", true)
+	c.line(&b, &labels, []float64{0, last}, []float64{obj, obj}, "#000", "P99 objective", true)
+	c.drawLabels(&b, labels)
 	b.WriteString(`</svg>`)
 	return b.String()
 }
@@ -227,14 +261,16 @@ func curveSVG(r *Result) string {
 	var b strings.Builder
 	c := newChart(0, math.Max(xs[len(xs)-1], 1), ymin, ymax)
 	c.open(&b)
-	labels := []string{"0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%", "99.99999%"}
-	for n := 0; n < len(labels) && float64(n) <= c.x1; n++ {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, c.px(float64(n)), c.h-c.bottom+15, labels[n])
+	ticks := []string{"0%", "90%", "99%", "99.9%", "99.99%", "99.999%", "99.9999%", "99.99999%"}
+	for n := 0; n < len(ticks) && float64(n) <= c.x1; n++ {
+		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, c.px(float64(n)), c.h-c.bottom+15, ticks[n])
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">percentile (the last point is the maximum)</text>`, (c.left+c.w-c.right)/2, c.h-5)
-	c.line(&b, xs, ys, "#1f77b4", "latency", false)
+	var labels []endLabel
+	c.line(&b, &labels, xs, ys, "#1f77b4", "latency", false)
 	obj := float64(r.Config.ObjP99Ns)
-	c.line(&b, []float64{0, c.x1}, []float64{obj, obj}, "#000", "P99 objective", true)
+	c.line(&b, &labels, []float64{0, c.x1}, []float64{obj, obj}, "#000", "P99 objective", true)
+	c.drawLabels(&b, labels)
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="2,3"/>`, c.px(2), c.top, c.px(2), c.h-c.bottom)
 	b.WriteString(`</svg>`)
 	return b.String()

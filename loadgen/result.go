@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -258,7 +259,11 @@ func (r *Result) WriteVerdict(w io.Writer) error {
 	if s.FirstError != "" {
 		fmt.Fprintf(&b, "first error: %s\n", s.FirstError)
 	}
-	fmt.Fprintf(&b, "\n%-22s %-26s %-26s %s\n", "CHECK", "OBJECTIVE", "MEASURED", "RESULT")
+	// tabwriter sizes the columns to their longest cell, so a long
+	// objective or measurement never pushes the RESULT column out of line.
+	b.WriteByte('\n')
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tOBJECTIVE\tMEASURED\tRESULT\tNOTE")
 	for _, c := range r.Verdict {
 		res := "PASS"
 		if !c.Pass {
@@ -267,12 +272,9 @@ func (r *Result) WriteVerdict(w io.Writer) error {
 		if !c.Counted {
 			res = "info"
 		}
-		fmt.Fprintf(&b, "%-22s %-26s %-26s %s", c.Name, c.Objective, c.Measured, res)
-		if c.Note != "" {
-			fmt.Fprintf(&b, "  (%s)", c.Note)
-		}
-		b.WriteByte('\n')
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Objective, c.Measured, res, c.Note)
 	}
+	tw.Flush()
 	switch {
 	case r.Pass:
 		b.WriteString("\nVERDICT: PASS\n")

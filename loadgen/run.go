@@ -162,13 +162,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if final && interval.sent() == 0 {
 			return // the senders stopped before the last tick
 		}
+		if isSteady {
+			steadyTotal.merge(interval)
+		}
+		// The run usually ends a few milliseconds after a tick. So short a
+		// final interval holds too few requests for its p99.9 and max to
+		// mean what the other points' do (every line dropped at the end of
+		// the plot): its requests count in the steady-state totals above,
+		// but it is not a point of the series.
+		if final && now-lastTick < int64(c.Interval)/2 {
+			return
+		}
 		rt := readRuntime()
 		p := pointOf(interval, float64(now)/1e9, float64(now-lastTick)/1e9, isSteady, rt)
 		lastTick = now
 		res.Series = append(res.Series, p)
-		if isSteady {
-			steadyTotal.merge(interval)
-		}
 		if c.Progress != nil {
 			phase := "warm-up"
 			if isSteady {
