@@ -24,7 +24,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 )
 
@@ -107,13 +109,12 @@ func (r *result) add(e event) {
 		}
 	case "output":
 		if e.Test != "" {
+			if strings.HasPrefix(e.Test, "Benchmark") && benchRow(e.Output) {
+				r.benchmarks++
+			}
 			r.testOut[key] = append(r.testOut[key], e.Output)
 		} else {
 			r.pendingPkgOut[e.Package] = append(r.pendingPkgOut[e.Package], e.Output)
-		}
-	case "run":
-		if strings.HasPrefix(e.Test, "Benchmark") && !strings.Contains(e.Test, "/") {
-			r.benchmarks++
 		}
 	case "pass", "fail", "skip":
 		if e.Test == "" {
@@ -197,6 +198,17 @@ func skipReason(lines []string) string {
 	return "(no reason given)"
 }
 
+// benchRow reports whether a line is a benchmark's result row
+// ("BenchmarkX/a=1-2   1   314.0 ns/op"): one per leaf benchmark run.
+func benchRow(line string) bool {
+	f := strings.Fields(line)
+	if len(f) < 3 || !strings.HasPrefix(f[0], "Benchmark") {
+		return false
+	}
+	_, err := strconv.ParseUint(f[1], 10, 64)
+	return err == nil
+}
+
 func shortPkg(p string) string { return strings.TrimPrefix(p, "github.com/slidelimit/slidelimit/") }
 
 func tail(lines []string, n int) []string {
@@ -274,9 +286,10 @@ func final(w io.Writer, files []string, since int64, notesPath string) int {
 	pkgs := map[string]bool{}
 	skips := map[string][]string{}
 	var failures []string
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "step\tpackages\tpassed\tfailed\tskipped\tbenchmark rows\t")
 	for _, r := range all {
-		fmt.Fprintf(w, "%-16s %3d packages  %5d passed  %3d failed  %3d skipped  %3d benchmarks run once\n",
-			r.step, len(r.packages), r.passed, r.failed, r.skip, r.benchmarks)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", r.step, len(r.packages), r.passed, r.failed, r.skip, r.benchmarks)
 		passed += r.passed
 		failed += r.failed
 		skipped += r.skip
@@ -296,6 +309,7 @@ func final(w io.Writer, files []string, since int64, notesPath string) int {
 			failures = append(failures, r.step+": package "+shortPkg(p))
 		}
 	}
+	tw.Flush()
 	if len(skips) > 0 {
 		fmt.Fprintln(w, "\nSkipped tests, by reason:")
 		reasons := make([]string, 0, len(skips))
@@ -335,7 +349,10 @@ func final(w io.Writer, files []string, since int64, notesPath string) int {
 	if since > 0 {
 		fmt.Fprintf(w, "wall time %s\n", time.Since(time.Unix(since, 0)).Round(time.Second))
 	}
-	// The plain closing line (CI reads it): totals over every step.
+	// The plain closing line (CI reads it): totals over every step. A
+	// package that failed to build or failed outside any test counts as a
+	// failure too, so the line never says 0 failed for a red run.
+	failed = max(failed, len(failures))
 	fmt.Fprintf(w, "tests: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	if failed > 0 || len(failures) > 0 || bad {
 		return 1
