@@ -7,9 +7,8 @@ import (
 	"net"
 	"net/http"
 	httppprof "net/http/pprof"
+	"sync/atomic"
 	"time"
-
-	"github.com/puzpuzpuz/xsync/v3"
 
 	"github.com/slidelimit/slidelimit/engine"
 )
@@ -45,20 +44,21 @@ type Server struct {
 	err  error
 }
 
-// counters are the debug server's own, bumped by concurrent requests; a
-// striped counter keeps them off one contended cache line.
+// counters are the debug server's own. A debug endpoint serves a handful
+// of requests a minute, so plain atomics do: striping them (xsync.Counter)
+// would buy nothing here and cost a dependency.
 type counters struct {
-	requests *xsync.Counter
-	captures *xsync.Counter // CPU profiles and traces started
+	requests *atomic.Int64
+	captures *atomic.Int64 // CPU profiles and traces started
 }
 
 // Handler returns the debug endpoints on a fresh mux, for embedding in a
 // caller's own debug listener. src may be nil.
 func Handler(src StatsSource) http.Handler {
-	c := counters{requests: xsync.NewCounter(), captures: xsync.NewCounter()}
+	c := counters{requests: new(atomic.Int64), captures: new(atomic.Int64)}
 	vars := new(expvar.Map).Init()
 	vars.Set("debug_server", expvar.Func(func() any {
-		return map[string]int64{"requests": c.requests.Value(), "captures": c.captures.Value()}
+		return map[string]int64{"requests": c.requests.Load(), "captures": c.captures.Load()}
 	}))
 	if src != nil {
 		vars.Set("limiter", expvar.Func(func() any {
@@ -70,7 +70,7 @@ func Handler(src StatsSource) http.Handler {
 		}))
 	}
 	capture := func(h http.HandlerFunc) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) { c.captures.Inc(); h(w, r) }
+		return func(w http.ResponseWriter, r *http.Request) { c.captures.Add(1); h(w, r) }
 	}
 
 	mux := http.NewServeMux()
@@ -86,7 +86,7 @@ func Handler(src StatsSource) http.Handler {
 		fmt.Fprintln(w, vars.String())
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c.requests.Inc()
+		c.requests.Add(1)
 		mux.ServeHTTP(w, r)
 	})
 }
