@@ -14,7 +14,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
 )
 
 // Exit statuses (documented in doc.go and the README).
@@ -124,14 +123,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // with; closeAll undoes it.
 func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.Server, ln net.Listener, closeAll func(), err error) {
 	var closers []func()
-	closeAll = func() {
+	cleanup := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
 			closers[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			closeAll()
+			cleanup()
 		}
 	}()
 	c, err := loadConfig(f.config)
@@ -175,7 +174,7 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 		IdleTimeout:       c.server.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return g, srv, ln, closeAll, nil
+	return g, srv, ln, cleanup, nil
 }
 
 // reload loads path and swaps it in; a file that does not load or build
