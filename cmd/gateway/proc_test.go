@@ -205,7 +205,6 @@ func writeFile(t *testing.T, path, s string) {
 	}
 }
 
-
 func startCmd(t *testing.T, args ...string) *exec.Cmd {
 	return exec.Command(gatewayBinary(t), args...)
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -246,4 +247,71 @@ func testutilCounter(t *testing.T, m *metrics, name, labels string) float64 {
 	}
 	t.Fatalf("no series %s{%s} in /metrics", name, labels)
 	return 0
+}
+
+// TestReloadUnderLoad swaps configurations while requests run (go test
+// -race): every request is answered by one whole generation, nothing
+// panics, and once the gateway is closed every limiter and client has
+// been released exactly once.
+func TestReloadUnderLoad(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfgA := minimal + "  rules:\n    - name: r\n      path_prefix: /r\n      max_requests: 3\n"
+	cfgB := minimal + "  rules:\n    - name: r\n      path_prefix: /r\n      max_requests: 4\n"
+	g, gw := newTestGateway(t, cfgA, up.URL)
+	a, err := parseConfig([]byte(cfgA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseConfig([]byte(cfgB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := http.Get(gw.URL + "/r/x")
+				if err != nil {
+					bad.Store(err.Error())
+					return
+				}
+				res.Body.Close()
+				pol := res.Header.Get("RateLimit-Policy")
+				if (res.StatusCode != 200 && res.StatusCode != 429) || (pol != `"r";q=3;w=1` && pol != `"r";q=4;w=1`) {
+					bad.Store(res.Status + " " + pol)
+				}
+			}
+		}()
+	}
+	for i := 0; i < 40; i++ {
+		c := a
+		if i%2 == 0 {
+			c = b
+		}
+		if err := g.load(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Errorf("a request saw %v", v)
+	}
+	gw.Close()
+	g.close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.resources) != 0 {
+		t.Errorf("%d resources still held after close", len(g.resources))
+	}
 }
