@@ -47,7 +47,7 @@ func Example() {
 	// Output:
 	// 200 "login";q=1;w=60 "login";r=0;t=61 Retry-After=""
 	// 429 "login";q=1;w=60 "login";r=0;t=61 Retry-After="61"
-	// {Allowed:1 Denied:1 DryRunDenied:0 KeyErrors:0 FailedOpen:0 FailedClosed:0 Unmatched:0}
+	// {Allowed:1 Denied:1 DryRunDenied:0 KeyErrors:0 FailedOpen:0 FailedClosed:0 Unmatched:0 Exempt:0 Fallbacks:0}
 }
 
 // A gateway behind a load balancer at 10.0.0.0/8 keys clients by the
