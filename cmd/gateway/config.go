@@ -48,7 +48,16 @@ type rateLimiting struct {
 	DryRun          bool          `yaml:"dry_run"`
 	FailOpen        bool          `yaml:"fail_open"`
 	TierHeader      string        `yaml:"tier_header"`
-	Redis           *redisFile    `yaml:"redis"`
+	// KeyBudget bounds the distinct unverified API keys one client IP may
+	// introduce per window; past it the IP's requests are keyed by the IP.
+	KeyBudget *keyBudgetFile `yaml:"key_budget"`
+	// Stack applies every matching rule (stacked limits) instead of the
+	// first; tiers and the default still apply only where they match.
+	Stack           bool       `yaml:"stack"`
+	Exempt          exemptFile `yaml:"exempt"`
+	DenyBody        string     `yaml:"deny_body"`        // problem (application/problem+json, the default) or text
+	UpstreamHeaders string     `yaml:"upstream_headers"` // ours (the default) or theirs
+	Redis           *redisFile `yaml:"redis"`
 	Rules           []ruleConfig  `yaml:"rules"`
 	Tiers           []tierConfig  `yaml:"tiers"`
 }
@@ -87,6 +96,18 @@ type tierConfig struct {
 	WindowSizeMs *int64   `yaml:"window_size_ms"`
 	MaxRequests  *int     `yaml:"max_requests"`
 	Algorithm    string   `yaml:"algorithm"`
+}
+
+type keyBudgetFile struct {
+	NewKeys       int   `yaml:"new_keys"`  // new unverified keys per client IP per window, >= 1
+	WindowMs      int64 `yaml:"window_ms"` // 0: the default window (rate_limiting.sliding_window.window_size_ms)
+	MemoryLimitMB int64 `yaml:"memory_limit_mb"`
+}
+
+type exemptFile struct {
+	Paths   []string `yaml:"paths"`
+	CIDRs   []string `yaml:"cidrs"`
+	Methods []string `yaml:"methods"`
 }
 
 // redisFile is the Redis server rules with backend redis or hybrid use.
@@ -151,6 +172,7 @@ func fieldErr(field, format string, args ...any) error {
 // backend spec per rule, and the proxy, server and log settings.
 type config struct {
 	opts     httplimit.Options
+	budget   *budgetSpec // nil: no key budget
 	backends []backendSpec // opts.Rules order, then opts.Default
 	trusted  []netip.Prefix
 	proxy    proxyConfig
@@ -170,6 +192,21 @@ type backendSpec struct {
 	sync  time.Duration // hybrid
 	lease int           // hybrid
 }
+
+// budgetSpec is the key budget a configuration asks for. The key
+// functions reach the KeyBudget through ref, which build fills with the
+// current one or a new one; verified (the tier API keys) is read through
+// the resource so a kept KeyBudget sees the new tiers.
+type budgetSpec struct {
+	cfg      httplimit.KeyBudgetConfig // Verified is set by build
+	fp       string
+	ref      *budgetRef
+	verified map[string]string
+}
+
+type budgetRef struct{ kb *httplimit.KeyBudget }
+
+func (b *budgetRef) key(r *http.Request) (string, error) { return b.kb.Key(r) }
 
 type redisConfig struct {
 	addr      string
@@ -423,6 +460,26 @@ func (rl *rateLimiting) fill(c *config) error {
 		spec: fmt.Sprintf("trusted=%v forwarded=%q v4=%d v6=%d header=%q", trusted, rl.ForwardedHeader, rl.IPv4Prefix, rl.IPv6Prefix, http.CanonicalHeaderKey(keyHeader)),
 	}
 	c.trusted = trusted
+	if kb := rl.KeyBudget; kb != nil {
+		const f = p + ".key_budget"
+		if kb.NewKeys < 1 {
+			return fieldErr(f+".new_keys", "must be >= 1, got %d", kb.NewKeys)
+		}
+		win, err := msField(f+".window_ms", kb.WindowMs, time.Duration(sw.WindowSizeMs)*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		if kb.MemoryLimitMB < 0 || kb.MemoryLimitMB > maxMemoryLimitMB {
+			return fieldErr(f+".memory_limit_mb", "must be in [0, %d] (0: 16 MB), got %d", maxMemoryLimitMB, kb.MemoryLimitMB)
+		}
+		c.budget = &budgetSpec{
+			cfg: httplimit.KeyBudgetConfig{Key: keys.header, IP: ipKey, NewKeys: kb.NewKeys, Window: win, MaxMemory: kb.MemoryLimitMB << 20},
+			ref: &budgetRef{},
+		}
+		c.budget.fp = fmt.Sprintf("key-budget %s new=%d window=%v mem=%d", keys.spec, kb.NewKeys, win, kb.MemoryLimitMB)
+		keys.budget = c.budget.ref
+		keys.spec += " budget=" + c.budget.fp
+	}
 	redisCfg, err := rl.Redis.config()
 	if err != nil {
 		return err
@@ -432,7 +489,44 @@ func (rl *rateLimiting) fill(c *config) error {
 		return err
 	}
 
-	opts := httplimit.Options{Key: defKey, DryRun: rl.DryRun, FailOpen: rl.FailOpen}
+	opts := httplimit.Options{Key: defKey, DryRun: rl.DryRun, FailOpen: rl.FailOpen, FallbackKey: ipKey, MatchAll: rl.Stack}
+	switch rl.DenyBody {
+	case "", "problem":
+		opts.OnDeny = httplimit.DenyProblem
+	case "text":
+		opts.OnDeny = httplimit.DenyText
+	default:
+		return fieldErr(p+".deny_body", "%q is not one of problem, text", rl.DenyBody)
+	}
+	switch rl.UpstreamHeaders {
+	case "", "ours":
+		opts.Upstream = httplimit.UpstreamOurs
+	case "theirs":
+		opts.Upstream = httplimit.UpstreamTheirs
+	default:
+		return fieldErr(p+".upstream_headers", "%q is not one of ours, theirs", rl.UpstreamHeaders)
+	}
+	ex := &opts.Exempt
+	ex.IP = httplimit.IPConfig{TrustedProxies: trusted, Header: rl.ForwardedHeader}
+	for i, path := range rl.Exempt.Paths {
+		if !strings.HasPrefix(path, "/") {
+			return fieldErr(fmt.Sprintf("%s.exempt.paths[%d]", p, i), "%q must start with /", path)
+		}
+		ex.Paths = append(ex.Paths, path)
+	}
+	for i, s := range rl.Exempt.CIDRs {
+		pfx, err := parsePrefix(s)
+		if err != nil {
+			return fieldErr(fmt.Sprintf("%s.exempt.cidrs[%d]", p, i), "%q is not an IP address or CIDR prefix", s)
+		}
+		ex.CIDRs = append(ex.CIDRs, pfx)
+	}
+	for i, m := range rl.Exempt.Methods {
+		if !validToken(strings.ToUpper(m)) {
+			return fieldErr(fmt.Sprintf("%s.exempt.methods[%d]", p, i), "%q is not an HTTP method", m)
+		}
+		ex.Methods = append(ex.Methods, strings.ToUpper(m))
+	}
 	defKeyName := rl.Key
 	memory := func(field, name, keyName string, ec engine.Config) backendSpec {
 		return backendSpec{field: field, kind: "memory", fp: fmt.Sprintf("memory name=%q key=%q %s engine=%+v", name, keyName, keys.spec, ec)}
@@ -558,6 +652,10 @@ func (rl *rateLimiting) fill(c *config) error {
 			return fieldErr(fmt.Sprintf("%s.rules[%d].tier", p, i), "%q is not defined in rate_limiting.tiers", rc.Tier)
 		}
 	}
+	if c.budget != nil {
+		// Tier API keys are known good: never charged to a budget.
+		c.budget.verified = tierOf
+	}
 	if len(tierOf) > 0 {
 		tierHeader := rl.TierHeader
 		if tierHeader == "" {
@@ -635,19 +733,31 @@ func ruleBackend(f string, rc ruleConfig, keyName, keySpec string, ec engine.Con
 
 type keyFuncs struct {
 	ip, header httplimit.KeyFunc
+	budget     *budgetRef
 	spec       string
 }
 
+// parse returns the key source s names. With a key budget every
+// header-keyed source goes through it: the header's key while the
+// client's IP is within its budget of new keys, else the IP.
 func (k keyFuncs) parse(field, s string) (httplimit.KeyFunc, error) {
 	switch s {
 	case "", "ip":
 		return k.ip, nil
 	case "header":
+		if k.budget != nil {
+			return k.budget.key, nil
+		}
 		return k.header, nil
+	case "header_or_ip":
+		if k.budget != nil {
+			return k.budget.key, nil
+		}
+		return httplimit.NewKeyChain(k.header, k.ip)
 	case "route_ip":
 		return httplimit.RouteIP(k.ip), nil
 	}
-	return nil, fieldErr(field, "%q is not one of ip, header, route_ip", s)
+	return nil, fieldErr(field, "%q is not one of ip, header, header_or_ip, route_ip", s)
 }
 
 func parseAlgorithm(field, s string, def engine.Algorithm) (engine.Algorithm, error) {

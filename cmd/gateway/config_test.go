@@ -62,7 +62,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"lru eviction", minimal + "    eviction_policy: lru\n", `rate_limiting.sliding_window.eviction_policy: "lru" is not supported`},
 		{"unknown algorithm", minimal + "  algorithm: token_bucket\n", `rate_limiting.algorithm: "token_bucket" is not one of`},
 		{"log limit too big", strings.Replace(minimal, "max_requests: 10", "max_requests: 70000", 1) + "  algorithm: log\n", "rate_limiting.sliding_window.max_requests: 70000 exceeds the log algorithm's maximum 65535"},
-		{"unknown key", minimal + "  key: cookie\n", `rate_limiting.key: "cookie" is not one of ip, header, route_ip`},
+		{"unknown key", minimal + "  key: cookie\n", `rate_limiting.key: "cookie" is not one of ip, header, header_or_ip, route_ip`},
 		{"bad key header", minimal + "  key_header: \"X API\"\n", `rate_limiting.key_header: "X API" is not a valid header name`},
 		{"bad CIDR", minimal + "  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n", `rate_limiting.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or CIDR prefix`},
 		{"bad forwarded header", minimal + "  forwarded_header: X-Client-IP\n", `rate_limiting.forwarded_header: "X-Client-IP"`},

@@ -54,6 +54,7 @@ type generation struct {
 	handler   http.Handler
 	resources []*resource // backends first, then the Redis clients they use
 	engines   []*engine.Limiter
+	budget    *resource // the key budget, if any
 	refs      atomic.Int64
 	denials   atomic.Uint64 // for deny sampling
 }
@@ -65,7 +66,11 @@ type resource struct {
 	rl     engine.RateLimiter
 	eng    *engine.Limiter // memory backends, for stats
 	client *redis.Client
-	close  func() error
+	kb     *httplimit.KeyBudget
+	// verified is the current configuration's tier keys, read by a kept
+	// KeyBudget's Verified function.
+	verified atomic.Pointer[map[string]string]
+	close    func() error
 	users  int // generations holding it; guarded by gateway.mu
 }
 
@@ -82,9 +87,18 @@ func (g *gateway) load(c *config) error {
 	gen, fresh, err := g.build(c)
 	if err != nil {
 		for _, r := range fresh {
+			if g.resources[r.fp] == r {
+				delete(g.resources, r.fp)
+			}
 			_ = r.close()
 		}
 		return err
+	}
+	if gen.budget != nil {
+		// An older generation sharing the budget sees the new tier
+		// keys from now on; that only exempts keys the operator has
+		// just declared genuine.
+		gen.budget.verified.Store(&c.budget.verified)
 	}
 	for _, r := range gen.resources {
 		r.users++
@@ -143,8 +157,59 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 		}
 		ru.Limiter, ru.Limit, ru.Window, ru.Engine = r.rl, ru.Engine.Limit, ru.Engine.Window, engine.Config{}
 	}
+	if b := c.budget; b != nil {
+		r, ok := g.resources[b.fp]
+		if !ok {
+			r = &resource{fp: b.fp}
+			cfg := b.cfg
+			cfg.Verified = func(k string) bool {
+				m := r.verified.Load()
+				if m == nil {
+					return false
+				}
+				_, ok := (*m)[k]
+				return ok
+			}
+			kb, err := httplimit.NewKeyBudget(cfg)
+			if err != nil {
+				return nil, fresh, fmt.Errorf("rate_limiting.key_budget: %w: %w", err, errConfig)
+			}
+			r.kb, r.rl, r.close = kb, nil, kb.Close
+		}
+		take(r, !ok)
+		b.ref.kb = r.kb
+		gen.budget = r
+	}
 	gen.resources = append(gen.resources, clients...)
 	opts.Rules, opts.Default = rules, def
+	names := make([]string, 0, len(rules)+1)
+	for _, r := range rules {
+		names = append(names, r.Name)
+	}
+	if def != nil {
+		names = append(names, def.Name)
+	}
+	rm := g.metrics.forRules(names)
+	denySample := uint64(c.log.denySample)
+	log := g.log
+	opts.Observe = func(r *http.Request, e httplimit.Event) {
+		m := rm[e.Rule]
+		if m == nil {
+			return // cannot happen: every rule's name is in rm
+		}
+		if int(e.Outcome) < len(m.outcome) {
+			m.outcome[e.Outcome].Inc()
+		}
+		m.latency.Observe(e.Latency.Seconds())
+		if e.Err != nil && e.Outcome != httplimit.OutcomeKeyError {
+			m.backendErr.Inc()
+		}
+		if (e.Outcome == httplimit.OutcomeDenied || e.Outcome == httplimit.OutcomeDryRunDenied) && denySample > 0 &&
+			gen.denials.Add(1)%denySample == 1%denySample {
+			log.Info("denied", "rule", e.Rule, "outcome", e.Outcome.String(), "method", r.Method, "path", r.URL.Path,
+				"remote", r.RemoteAddr, "retry_after", e.Decision.RetryAfter.String(), "sampled_one_in", denySample)
+		}
+	}
 	gen.mw, err = httplimit.New(opts)
 	if err != nil {
 		return nil, fresh, fmt.Errorf("rate_limiting: %w", err)
@@ -286,8 +351,47 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer done()
 	gen := g.acquire()
 	defer gen.refs.Add(-1)
-	gen.handler.ServeHTTP(w, r)
+	if !gen.cfg.log.access {
+		gen.handler.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	gen.handler.ServeHTTP(sw, r)
+	code := sw.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	g.log.Info("access", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", code,
+		"bytes", sw.bytes, "duration", time.Since(start).String())
 }
+
+// statusWriter records the status and body size for the access log.
+// Unwrap lets http.ResponseController (which ReverseProxy uses to flush
+// and to hijack upgraded connections) reach the underlying writer.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // engineStats sums engine.Stats over the current generation's in-memory
 // limiters, for the debug server's /debug/limiter.
