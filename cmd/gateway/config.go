@@ -53,13 +53,13 @@ type rateLimiting struct {
 	KeyBudget *keyBudgetFile `yaml:"key_budget"`
 	// Stack applies every matching rule (stacked limits) instead of the
 	// first; tiers and the default still apply only where they match.
-	Stack           bool       `yaml:"stack"`
-	Exempt          exemptFile `yaml:"exempt"`
-	DenyBody        string     `yaml:"deny_body"`        // problem (application/problem+json, the default) or text
-	UpstreamHeaders string     `yaml:"upstream_headers"` // ours (the default) or theirs
-	Redis           *redisFile `yaml:"redis"`
-	Rules           []ruleConfig  `yaml:"rules"`
-	Tiers           []tierConfig  `yaml:"tiers"`
+	Stack           bool         `yaml:"stack"`
+	Exempt          exemptFile   `yaml:"exempt"`
+	DenyBody        string       `yaml:"deny_body"`        // problem (application/problem+json, the default) or text
+	UpstreamHeaders string       `yaml:"upstream_headers"` // ours (the default) or theirs
+	Redis           *redisFile   `yaml:"redis"`
+	Rules           []ruleConfig `yaml:"rules"`
+	Tiers           []tierConfig `yaml:"tiers"`
 }
 
 // slidingWindow is the default policy and the engine settings every
@@ -172,7 +172,7 @@ func fieldErr(field, format string, args ...any) error {
 // backend spec per rule, and the proxy, server and log settings.
 type config struct {
 	opts     httplimit.Options
-	budget   *budgetSpec // nil: no key budget
+	budget   *budgetSpec   // nil: no key budget
 	backends []backendSpec // opts.Rules order, then opts.Default
 	trusted  []netip.Prefix
 	proxy    proxyConfig

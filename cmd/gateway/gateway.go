@@ -71,7 +71,7 @@ type resource struct {
 	// KeyBudget's Verified function.
 	verified atomic.Pointer[map[string]string]
 	close    func() error
-	users  int // generations holding it; guarded by gateway.mu
+	users    int // generations holding it; guarded by gateway.mu
 }
 
 func newGateway(u *url.URL, log *slog.Logger, m *metrics) *gateway {
