@@ -145,6 +145,8 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 		}
 		closers = append(closers, up.Close)
 		target = "http://" + up.Addr().String()
+		// make run-http measures the upstream directly too.
+		fmt.Fprintf(stdout, "gateway: builtin upstream on %s\n", target)
 	}
 	u, err := parseUpstream(target)
 	if err != nil {
