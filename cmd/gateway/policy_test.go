@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 )
@@ -190,5 +191,42 @@ rate_limiting:
 		if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 200 {
 			t.Fatalf("exempt CIDR request %d: %d", i, code)
 		}
+	}
+}
+
+// TestExampleConfigResistsKeyRotation pins issue 11 item 1 on the shipped
+// example: one client inventing an X-API-Key per request gets its 5 new
+// keys and then its IP's allowance, and missing keys count against the IP.
+func TestExampleConfigResistsKeyRotation(t *testing.T) {
+	b, err := os.ReadFile("gateway.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same config, a limit small enough to reach in a test.
+	cfg := strings.Replace(string(b), "max_requests: 100 ", "max_requests: 3 ", 1)
+	cfg = strings.Replace(cfg, "window_size_ms: 1000 ", "window_size_ms: 60000 ", 1)
+	if cfg == string(b) {
+		t.Fatal("the example's default policy line changed; update this test")
+	}
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	allowed := 0
+	for i := 0; i < 50; i++ {
+		if do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": randomKey(t)}).StatusCode == 200 {
+			allowed++
+		}
+	}
+	// 5 new keys (one request each) + the IP's 3 = 8; the counter
+	// algorithm may admit fewer, never more.
+	if allowed > 8 || allowed < 5 {
+		t.Errorf("%d of 50 requests with random keys passed, want at most 8 (5 new keys + 3 for the IP)", allowed)
+	}
+	if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 429 {
+		t.Errorf("request without a key after the IP's allowance: %d, want 429", code)
+	}
+	if code := do(t, "GET", gw.URL+"/healthz", nil).StatusCode; code != 200 {
+		t.Errorf("exempt /healthz: %d", code)
+	}
+	if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": "pro-key-1"}).StatusCode; code != 200 {
+		t.Errorf("a tier key after the IP is exhausted: %d, want 200 (its own allowance)", code)
 	}
 }
