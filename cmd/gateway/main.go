@@ -78,6 +78,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitBadConfig
 	}
+	// Catch SIGHUP before anything slow: its default action would kill
+	// the process (exit 129) if it arrived during start-up. One that
+	// arrives then is handled once serving begins.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	g, srv, ln, closeAll, err := start(f, stdout, log)
 	if err != nil {
@@ -85,10 +92,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitBadConfig
 	}
 	defer closeAll()
-
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -313,5 +315,66 @@ func TestReloadUnderLoad(t *testing.T) {
 	defer g.mu.Unlock()
 	if len(g.resources) != 0 {
 		t.Errorf("%d resources still held after close", len(g.resources))
+	}
+}
+
+// TestUpgradeAndStreamingPass: the gateway's wrappers (access log, body
+// limit, middleware) keep what the bare proxy did: a protocol upgrade
+// (websocket-style, hijacked both ends) and a flushed stream pass through.
+func TestUpgradeAndStreamingPass(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			_ = brw.Flush()
+			line, _ := brw.ReadString('\n')
+			_, _ = brw.WriteString("echo:" + line)
+			_ = brw.Flush()
+			return
+		}
+		for i := 0; i < 3; i++ {
+			fmt.Fprintf(w, "chunk %d\n", i)
+			_ = http.NewResponseController(w).Flush()
+		}
+	}))
+	defer up.Close()
+	_, gw := newTestGateway(t, minimal+"log:\n  access: true\n", up.URL)
+
+	res, err := http.Get(gw.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(body) != "chunk 0\nchunk 1\nchunk 2\n" {
+		t.Errorf("stream body %q", body)
+	}
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: status %d", resp.StatusCode)
+	}
+	if resp.Header.Get("RateLimit-Policy") == "" {
+		t.Error("upgrade response lacks the rate-limit headers")
+	}
+	_, _ = io.WriteString(conn, "hello\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "echo:hello\n" {
+		t.Errorf("through the upgraded connection: %q, %v", line, err)
 	}
 }
