@@ -529,6 +529,8 @@ func TestExemptionsSkipLimits(t *testing.T) {
 	}{
 		{"GET", "/", "192.0.2.50:1", map[string]string{"X-Forwarded-For": "10.1.7.7"}},
 		{"GET", "/healthzx", "192.0.2.51:1", nil},
+		{"GET", "/api/../healthz", "192.0.2.53:1", nil}, // not clean: never exempt
+		{"GET", "//healthz", "192.0.2.54:1", nil},
 		{"OPTIONS", "/", "192.0.2.52:1", nil},
 	} {
 		serveRec(h, tc.method, tc.target, tc.remote, tc.hdr)
