@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -95,5 +96,27 @@ func BenchmarkHandler(b *testing.B) {
 				runHandler(b, m.Handler(hc.h), func() { clk.Advance(2 * time.Millisecond) })
 			})
 		}
+	}
+}
+
+// BenchmarkStacked measures MatchAll with two matching engine rules (peek
+// both, then take both) against one rule, on the allowed path.
+func BenchmarkStacked(b *testing.B) {
+	for _, n := range []int{1, 2} {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			clk := newClock()
+			var rules []Rule
+			for i := range n {
+				rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Engine: engine.Config{
+					Algorithm: engine.SlidingLog, Limit: 1000, Window: time.Second, Clock: clk,
+				}})
+			}
+			m, err := New(Options{MatchAll: true, Rules: rules})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			runHandler(b, m.Handler(ctHandler), func() { clk.Advance(2 * time.Millisecond) })
+		})
 	}
 }
