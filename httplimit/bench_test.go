@@ -71,6 +71,18 @@ func BenchmarkHandler(b *testing.B) {
 		h    http.Handler
 	}{{"handler=noop", noopHandler}, {"handler=content-type", ctHandler}} {
 		b.Run(hc.name+"/bare", func(b *testing.B) { runHandler(b, hc.h, nil) })
+		b.Run(hc.name+"/middleware/backend=fixed/upstream=unchecked", func(b *testing.B) {
+			m, err := New(Options{Upstream: UpstreamUnchecked, Default: &Rule{
+				Name:    "default",
+				Limiter: fixedLimiter{engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}},
+				Limit:   100, Window: time.Minute,
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			runHandler(b, m.Handler(hc.h), nil)
+		})
 		b.Run(hc.name+"/middleware/backend=fixed", func(b *testing.B) {
 			m, err := New(Options{Default: &Rule{
 				Name:    "default",

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"unsafe"
 
 	"github.com/slidelimit/slidelimit/engine"
 )
@@ -108,7 +109,13 @@ func (w *limitWriter) restore() {
 // settle applies the Upstream policy to the header about to be sent.
 func (w *limitWriter) settle() {
 	if w.upstream == UpstreamOurs {
-		w.restore()
+		// Map reads are cheaper than writes: reassign only the lists the
+		// handler replaced, added to or deleted.
+		for i, k := range ourHeaders {
+			if v := w.h[k]; len(v) != 1 || unsafe.StringData(v[0]) != unsafe.StringData(w.vals[i]) {
+				w.h[k] = w.vals[i : i+1 : i+1]
+			}
+		}
 		return
 	}
 	for i, k := range ourHeaders {

@@ -75,6 +75,12 @@ const (
 	// UpstreamTheirs lets a handler's values replace the middleware's in
 	// each header it set or added; headers it left alone keep ours.
 	UpstreamTheirs
+	// UpstreamUnchecked hands the handler the ResponseWriter unwrapped and
+	// leaves the headers as the handler leaves them: what it adds is sent
+	// beside ours. The cheapest choice (no wrapper calls, no header
+	// re-check at commit), for handlers that never set these headers or a
+	// proxy that calls StripRateLimitHeaders on the upstream's response.
+	UpstreamUnchecked
 )
 
 // Options configures a Middleware.
@@ -131,7 +137,9 @@ type Options struct {
 	// synchronously, before the request is passed on or refused: feed
 	// metrics or a sampled log from it, and keep it fast. Setting it
 	// makes the middleware read the clock twice per request for
-	// Event.Latency.
+	// Event.Latency. A key error that FailOpen recovered with FallbackKey
+	// is reported with the fallback decision's outcome (and counted in
+	// RuleStats.KeyErrors and Stats.Fallbacks).
 	Observe func(r *http.Request, e Event)
 }
 
@@ -236,8 +244,8 @@ func New(opts Options) (*Middleware, error) {
 	if m.onKeyErr == nil {
 		m.onKeyErr = defaultKeyError
 	}
-	if m.upstream > UpstreamTheirs {
-		return nil, invalidf("Options.Upstream %d is not UpstreamOurs or UpstreamTheirs", m.upstream)
+	if m.upstream > UpstreamUnchecked {
+		return nil, invalidf("Options.Upstream %d is not UpstreamOurs, UpstreamTheirs or UpstreamUnchecked", m.upstream)
 	}
 	ipKey := func() (KeyFunc, error) { return ClientIP(IPConfig{}) }
 	defKey := opts.Key
@@ -592,6 +600,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
 		}
 		lw := setHeaders(h, w, as, m.upstream)
+		if m.upstream == UpstreamUnchecked {
+			next.ServeHTTP(w, r)
+			return
+		}
 		next.ServeHTTP(lw, r)
 		lw.commit() // a handler that wrote nothing: the server sends the header after us
 		return
@@ -617,6 +629,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	lw := setHeaders(h, w, as, m.upstream)
 	if m.dryRun {
 		m.counters(s).dryRunDenied.Add(1)
+		if m.upstream == UpstreamUnchecked {
+			next.ServeHTTP(w, r)
+			return
+		}
 		next.ServeHTTP(lw, r)
 		lw.commit()
 		return

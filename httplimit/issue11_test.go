@@ -309,8 +309,14 @@ func TestUpstreamRateLimitHeadersNeverConflict(t *testing.T) {
 		srv.Close()
 		wantHeaders(t, r, map[string]string{"X-RateLimit-Limit": tc.limit, "RateLimit": tc.rl, "RateLimit-Policy": `"d";q=5;w=60`})
 	}
-	if _, err := New(Options{Upstream: 7}); err == nil {
-		t.Error("Upstream 7 accepted")
+	// Unchecked: the handler's additions go out beside ours.
+	m := mustNew(t, Options{Upstream: UpstreamUnchecked, Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
+	rec := serveRec(m.Handler(upstreamHandler), "GET", "/", "", nil)
+	if got := rec.Header().Values("X-RateLimit-Limit"); len(got) != 2 || got[0] != "5" || got[1] != "999" {
+		t.Errorf("unchecked: X-RateLimit-Limit %q, want ours then theirs", got)
+	}
+	if _, err := New(Options{Upstream: 7}); err == nil || !strings.Contains(err.Error(), "Options.Upstream 7") {
+		t.Errorf("Upstream 7: %v", err)
 	}
 }
 
