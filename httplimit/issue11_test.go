@@ -185,6 +185,26 @@ func TestNewKeyBudgetRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestFailOpenLimitsOverLongKeysByIP pins issue 11 item 1: with fail_open
+// an over-long key was never limited.
+func TestFailOpenLimitsOverLongKeysByIP(t *testing.T) {
+	m := mustNew(t, Options{FailOpen: true, Key: Header("X-Api-Key"), Default: &Rule{Name: "d", Engine: logConfig(2, time.Minute, newClock())}})
+	h := m.Handler(okHandler)
+	passed := 0
+	for i := range 10 {
+		long := strings.Repeat("x", MaxKeyLen) + fmt.Sprint(i)
+		if serveRec(h, "GET", "/", "192.0.2.77:1", map[string]string{"X-Api-Key": long}).Code == 200 {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Errorf("%d of 10 over-long keys passed, want 2 (the IP's limit)", passed)
+	}
+	if s := m.Stats(); s.Fallbacks != 10 || s.FailedOpen != 0 || s.KeyErrors != 10 {
+		t.Errorf("Stats %+v, want 10 fallbacks", s)
+	}
+}
+
 // TestFailOpenKeyCollisionIsNamespaced: a client whose API key is the text
 // of another client's IP does not spend that client's fallback budget.
 func TestFailOpenKeyCollisionIsNamespaced(t *testing.T) {
@@ -308,6 +328,19 @@ func TestUpstreamRateLimitHeadersNeverConflict(t *testing.T) {
 		r := get(t, srv.URL)
 		srv.Close()
 		wantHeaders(t, r, map[string]string{"X-RateLimit-Limit": tc.limit, "RateLimit": tc.rl, "RateLimit-Policy": `"d";q=5;w=60`})
+	}
+	// Ours also holds for a handler that only sets headers and writes
+	// nothing (the server commits the header after the middleware returns).
+	m0 := mustNew(t, Options{Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
+	rec0 := serveRec(m0.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Add("X-RateLimit-Limit", "999")
+		w.Header().Del("RateLimit")
+	})), "GET", "/", "", nil)
+	if got := rec0.Header().Values("X-RateLimit-Limit"); len(got) != 1 || got[0] != "5" {
+		t.Errorf("silent handler: X-RateLimit-Limit %q, want [5]", got)
+	}
+	if got := rec0.Header().Get("RateLimit"); got != `"d";r=4;t=60` {
+		t.Errorf("silent handler deleted RateLimit: %q, want ours restored", got)
 	}
 	// Unchecked: the handler's additions go out beside ours.
 	m := mustNew(t, Options{Upstream: UpstreamUnchecked, Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
