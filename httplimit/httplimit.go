@@ -68,9 +68,12 @@ type Denial struct {
 type UpstreamHeaders uint8
 
 const (
-	// UpstreamOurs (the default) restores the middleware's values when
-	// the handler writes its response, replacing whatever it set or
-	// added: a client never sees two conflicting X-RateLimit-Limit values.
+	// UpstreamOurs (the default) sets the middleware's values when the
+	// handler commits its response (WriteHeader, Write, Flush, Hijack, or
+	// returning), replacing whatever it set or added: a client never sees
+	// two conflicting X-RateLimit-Limit values. The handler does not see
+	// them in its header map; choose UpstreamTheirs or UpstreamUnchecked
+	// for a handler that reads them.
 	UpstreamOurs UpstreamHeaders = iota
 	// UpstreamTheirs lets a handler's values replace the middleware's in
 	// each header it set or added; headers it left alone keep ours.
@@ -670,6 +673,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Ha
 		m.pass(w, r, next, lw)
 		return
 	}
+	lw.restore()
 	m.counters(s).denied.Add(1)
 	d := &as[denied]
 	h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.d.RetryAfter), 1), 10)}
