@@ -14,9 +14,11 @@ import (
 // is always exempt, whatever Exemptions says: the browser sends it on its
 // own before the real request, which is limited as usual.
 type Exemptions struct {
-	// Paths are whole-segment prefixes of the cleaned URL path, as
+	// Paths are whole-segment prefixes of the URL path, as
 	// Rule.PathPrefix ("/healthz" matches "/healthz" and "/healthz/live",
-	// not "/healthzx"). Each must start with "/".
+	// not "/healthzx"). Each must start with "/". A request path that is
+	// not clean (dot segments, doubled slashes) is never exempt, since an
+	// upstream may route it differently than its cleaned form.
 	Paths []string
 	// CIDRs exempt clients whose address lies in any of them. The address
 	// is found as IP says (socket peer, or through trusted proxies).
@@ -81,8 +83,10 @@ func (x *exemptions) match(r *http.Request) bool {
 			return true
 		}
 	}
-	if len(x.paths) > 0 {
-		p := cleanPath(r.URL.Path)
+	// Only a clean path can be exempt: "/healthz/../api" cleans to a
+	// limited path, but "/api/../healthz" must not win an exemption for
+	// an upstream that routes the raw path by its "/api" prefix.
+	if p := r.URL.Path; len(x.paths) > 0 && p == cleanPath(p) {
 		for _, prefix := range x.paths {
 			if pathHasPrefix(p, prefix) {
 				return true

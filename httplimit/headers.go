@@ -13,9 +13,12 @@ import (
 // The five rate-limit headers, in the order of limitWriter.vals.
 var ourHeaders = [5]string{hdrPolicy, hdrRateLimit, hdrXLimit, hdrXRemaining, hdrXReset}
 
-// setHeaders writes the five rate-limit headers for the applied rules and
+// setHeaders formats the five rate-limit headers for the applied rules and
 // returns the writer the handler gets: a limitWriter that enforces the
-// Upstream policy when the handler commits its response.
+// Upstream policy when the handler commits its response. It writes them
+// into h now, except under UpstreamOurs, where the limitWriter writes
+// them at commit (once: the handler's values would be replaced then
+// anyway); a caller that answers the request itself calls restore.
 //
 // RateLimit-Policy and RateLimit list every applied rule in rule order
 // (draft-11 fields are structured-field lists); X-RateLimit-* describe the
@@ -72,7 +75,11 @@ func setHeaders(h http.Header, w http.ResponseWriter, as []applied, up UpstreamH
 	lw.vals[2] = as[most].ru.limitStr
 	lw.vals[3] = s[endRL:endRem]
 	lw.vals[4] = s[endRem:]
-	lw.restore()
+	if up != UpstreamOurs {
+		lw.restore()
+	}
+	// UpstreamOurs writes them once, at commit: whatever the handler did
+	// to them in between is overwritten then anyway.
 	return lw
 }
 

@@ -68,13 +68,22 @@ type Denial struct {
 type UpstreamHeaders uint8
 
 const (
-	// UpstreamOurs (the default) restores the middleware's values when
-	// the handler writes its response, replacing whatever it set or
-	// added: a client never sees two conflicting X-RateLimit-Limit values.
+	// UpstreamOurs (the default) sets the middleware's values when the
+	// handler commits its response (WriteHeader, Write, Flush, Hijack, or
+	// returning), replacing whatever it set or added: a client never sees
+	// two conflicting X-RateLimit-Limit values. The handler does not see
+	// them in its header map; choose UpstreamTheirs or UpstreamUnchecked
+	// for a handler that reads them.
 	UpstreamOurs UpstreamHeaders = iota
 	// UpstreamTheirs lets a handler's values replace the middleware's in
 	// each header it set or added; headers it left alone keep ours.
 	UpstreamTheirs
+	// UpstreamUnchecked hands the handler the ResponseWriter unwrapped and
+	// leaves the headers as the handler leaves them: what it adds is sent
+	// beside ours. The cheapest choice (no wrapper calls, no header
+	// re-check at commit), for handlers that never set these headers or a
+	// proxy that calls StripRateLimitHeaders on the upstream's response.
+	UpstreamUnchecked
 )
 
 // Options configures a Middleware.
@@ -131,7 +140,9 @@ type Options struct {
 	// synchronously, before the request is passed on or refused: feed
 	// metrics or a sampled log from it, and keep it fast. Setting it
 	// makes the middleware read the clock twice per request for
-	// Event.Latency.
+	// Event.Latency. A key error that FailOpen recovered with FallbackKey
+	// is reported with the fallback decision's outcome (and counted in
+	// RuleStats.KeyErrors and Stats.Fallbacks).
 	Observe func(r *http.Request, e Event)
 }
 
@@ -236,8 +247,8 @@ func New(opts Options) (*Middleware, error) {
 	if m.onKeyErr == nil {
 		m.onKeyErr = defaultKeyError
 	}
-	if m.upstream > UpstreamTheirs {
-		return nil, invalidf("Options.Upstream %d is not UpstreamOurs or UpstreamTheirs", m.upstream)
+	if m.upstream > UpstreamUnchecked {
+		return nil, invalidf("Options.Upstream %d is not UpstreamOurs, UpstreamTheirs or UpstreamUnchecked", m.upstream)
 	}
 	ipKey := func() (KeyFunc, error) { return ClientIP(IPConfig{}) }
 	defKey := opts.Key
@@ -491,6 +502,8 @@ type applied struct {
 	taken bool  // d came from a take (else from a peek)
 }
 
+// serve runs one request through its phases: exemption, matching, keys,
+// decision, response.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	s := m.stripe()
 	if m.exempt.match(r) {
@@ -499,7 +512,40 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		return
 	}
 	var buf [maxInline]applied
-	as := buf[:0]
+	as := m.collect(r, buf[:0])
+	if len(as) == 0 {
+		m.counters(s).unmatched.Add(1)
+		next.ServeHTTP(w, r)
+		return
+	}
+	var start time.Time
+	if m.observe != nil {
+		start = time.Now()
+	}
+	if !m.resolveKeys(w, r, next, s, as, start) {
+		return
+	}
+	denied := decide(r.Context(), as)
+	h := w.Header()
+	if len(r.Header["Origin"]) > 0 {
+		h[hdrExpose] = append(h[hdrExpose], exposeValue)
+	}
+	if denied < 0 {
+		m.counters(s).allowed.Add(1)
+		for i := range as {
+			m.ruleCounters(s, as[i].ru).allowed.Add(1)
+			m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
+		}
+		m.pass(w, r, next, setHeaders(h, w, as, m.upstream))
+		return
+	}
+	m.refuse(w, r, next, s, as, denied, start)
+}
+
+// collect appends the rules that apply to r: the first match, every match
+// (MatchAll), or the default rule; none if nothing matched and there is
+// no default.
+func (m *Middleware) collect(r *http.Request, as []applied) []applied {
 	mt := matcher{m: m, r: r}
 	for i := range m.rules {
 		ru := &m.rules[i]
@@ -510,20 +556,17 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			}
 		}
 	}
-	if len(as) == 0 {
-		if m.def == nil {
-			m.counters(s).unmatched.Add(1)
-			next.ServeHTTP(w, r)
-			return
-		}
+	if len(as) == 0 && m.def != nil {
 		as = append(as, applied{ru: m.def})
 	}
-	var start time.Time
-	if m.observe != nil {
-		start = time.Now()
-	}
-	// Keys first: a key error decides the request before any backend
-	// call, so a refused request consumes nothing.
+	return as
+}
+
+// resolveKeys runs each applied rule's key function before any backend
+// call, so a request refused for its key consumes nothing. It reports
+// false when it has answered the request itself (FailOpen false, or no
+// fallback key either).
+func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time) bool {
 	fellBack := false
 	for i := range as {
 		a := &as[i]
@@ -534,14 +577,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				m.counters(s).failedClosed.Add(1)
 				m.report(r, s, a, OutcomeKeyError, err, start)
 				m.onKeyErr(w, r, err)
-				return
+				return false
 			}
 			fk, ferr := m.fallback(r)
 			if ferr != nil {
 				m.counters(s).failedOpen.Add(1)
 				m.report(r, s, a, OutcomeKeyError, err, start)
 				next.ServeHTTP(w, r)
-				return
+				return false
 			}
 			k = fallbackNS + fk
 			fellBack = true
@@ -554,11 +597,18 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if fellBack {
 		m.counters(s).fallbacks.Add(1)
 	}
-	ctx := r.Context()
-	denied := -1 // index of the refusing rule with the longest wait
+	return true
+}
+
+// decide asks the backends and returns the index of the refusing rule
+// with the longest wait, or -1 if every rule admitted the request. With
+// several rules it checks all, then takes: a refusal by one consumes
+// nothing from the others. A take refused after a successful peek (a
+// concurrent request got there first) stops the takes; units taken from
+// the rules before it stay taken.
+func decide(ctx context.Context, as []applied) int {
+	denied := -1
 	if len(as) > 1 {
-		// Check all, then take: a refusal by one rule consumes nothing
-		// from the others.
 		for i := range as {
 			a := &as[i]
 			a.d, a.err = a.ru.peek(ctx, a.nsKey)
@@ -573,7 +623,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			a.d, a.err = a.ru.take(ctx, a.nsKey)
 			a.taken = true
 			if !a.d.Allowed {
-				denied = i // lost a race since the peek: stop taking
+				denied = i
 				break
 			}
 		}
@@ -581,22 +631,24 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	for i := range as {
 		as[i].t = as[i].ru.resetSeconds(ctx, &as[i])
 	}
-	h := w.Header()
-	if len(r.Header["Origin"]) > 0 {
-		h[hdrExpose] = append(h[hdrExpose], exposeValue)
-	}
-	if denied < 0 {
-		m.counters(s).allowed.Add(1)
-		for i := range as {
-			m.ruleCounters(s, as[i].ru).allowed.Add(1)
-			m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
-		}
-		lw := setHeaders(h, w, as, m.upstream)
-		next.ServeHTTP(lw, r)
-		lw.commit() // a handler that wrote nothing: the server sends the header after us
+	return denied
+}
+
+// pass hands the request on, through lw unless the Upstream policy is
+// UpstreamUnchecked.
+func (m *Middleware) pass(w http.ResponseWriter, r *http.Request, next http.Handler, lw *limitWriter) {
+	if m.upstream == UpstreamUnchecked {
+		next.ServeHTTP(w, r)
 		return
 	}
-	// Refused: the refusing rules report; the others consumed nothing.
+	next.ServeHTTP(lw, r)
+	lw.commit() // a handler that wrote nothing: the server sends the header after us
+}
+
+// refuse answers a request some rule refused (or passes it on in dry-run
+// mode). Only the refusing rules count and report it; the others consumed
+// nothing.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, denied int, start time.Time) {
 	outcome := OutcomeDenied
 	if m.dryRun {
 		outcome = OutcomeDryRunDenied
@@ -614,13 +666,14 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		m.report(r, s, a, outcome, a.err, start)
 	}
+	h := w.Header()
 	lw := setHeaders(h, w, as, m.upstream)
 	if m.dryRun {
 		m.counters(s).dryRunDenied.Add(1)
-		next.ServeHTTP(lw, r)
-		lw.commit()
+		m.pass(w, r, next, lw)
 		return
 	}
+	lw.restore()
 	m.counters(s).denied.Add(1)
 	d := &as[denied]
 	h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.d.RetryAfter), 1), 10)}

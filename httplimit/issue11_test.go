@@ -185,6 +185,26 @@ func TestNewKeyBudgetRejectsBadConfig(t *testing.T) {
 	}
 }
 
+// TestFailOpenLimitsOverLongKeysByIP pins issue 11 item 1: with fail_open
+// an over-long key was never limited.
+func TestFailOpenLimitsOverLongKeysByIP(t *testing.T) {
+	m := mustNew(t, Options{FailOpen: true, Key: Header("X-Api-Key"), Default: &Rule{Name: "d", Engine: logConfig(2, time.Minute, newClock())}})
+	h := m.Handler(okHandler)
+	passed := 0
+	for i := range 10 {
+		long := strings.Repeat("x", MaxKeyLen) + fmt.Sprint(i)
+		if serveRec(h, "GET", "/", "192.0.2.77:1", map[string]string{"X-Api-Key": long}).Code == 200 {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Errorf("%d of 10 over-long keys passed, want 2 (the IP's limit)", passed)
+	}
+	if s := m.Stats(); s.Fallbacks != 10 || s.FailedOpen != 0 || s.KeyErrors != 10 {
+		t.Errorf("Stats %+v, want 10 fallbacks", s)
+	}
+}
+
 // TestFailOpenKeyCollisionIsNamespaced: a client whose API key is the text
 // of another client's IP does not spend that client's fallback budget.
 func TestFailOpenKeyCollisionIsNamespaced(t *testing.T) {
@@ -309,8 +329,27 @@ func TestUpstreamRateLimitHeadersNeverConflict(t *testing.T) {
 		srv.Close()
 		wantHeaders(t, r, map[string]string{"X-RateLimit-Limit": tc.limit, "RateLimit": tc.rl, "RateLimit-Policy": `"d";q=5;w=60`})
 	}
-	if _, err := New(Options{Upstream: 7}); err == nil {
-		t.Error("Upstream 7 accepted")
+	// Ours also holds for a handler that only sets headers and writes
+	// nothing (the server commits the header after the middleware returns).
+	m0 := mustNew(t, Options{Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
+	rec0 := serveRec(m0.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Add("X-RateLimit-Limit", "999")
+		w.Header().Del("RateLimit")
+	})), "GET", "/", "", nil)
+	if got := rec0.Header().Values("X-RateLimit-Limit"); len(got) != 1 || got[0] != "5" {
+		t.Errorf("silent handler: X-RateLimit-Limit %q, want [5]", got)
+	}
+	if got := rec0.Header().Get("RateLimit"); got != `"d";r=4;t=60` {
+		t.Errorf("silent handler deleted RateLimit: %q, want ours restored", got)
+	}
+	// Unchecked: the handler's additions go out beside ours.
+	m := mustNew(t, Options{Upstream: UpstreamUnchecked, Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
+	rec := serveRec(m.Handler(upstreamHandler), "GET", "/", "", nil)
+	if got := rec.Header().Values("X-RateLimit-Limit"); len(got) != 2 || got[0] != "5" || got[1] != "999" {
+		t.Errorf("unchecked: X-RateLimit-Limit %q, want ours then theirs", got)
+	}
+	if _, err := New(Options{Upstream: 7}); err == nil || !strings.Contains(err.Error(), "Options.Upstream 7") {
+		t.Errorf("Upstream 7: %v", err)
 	}
 }
 
@@ -529,6 +568,8 @@ func TestExemptionsSkipLimits(t *testing.T) {
 	}{
 		{"GET", "/", "192.0.2.50:1", map[string]string{"X-Forwarded-For": "10.1.7.7"}},
 		{"GET", "/healthzx", "192.0.2.51:1", nil},
+		{"GET", "/api/../healthz", "192.0.2.53:1", nil}, // not clean: never exempt
+		{"GET", "//healthz", "192.0.2.54:1", nil},
 		{"OPTIONS", "/", "192.0.2.52:1", nil},
 	} {
 		serveRec(h, tc.method, tc.target, tc.remote, tc.hdr)
@@ -667,5 +708,48 @@ func TestObserveAndRuleStats(t *testing.T) {
 		if o.String() != s {
 			t.Errorf("Outcome(%d) = %q, want %q", o, o.String(), s)
 		}
+	}
+}
+
+// blockingLimiter waits for its context, as a remote store does when the
+// network stalls, then answers with a fail-closed decision.
+type blockingLimiter struct{ fixedLimiter }
+
+func (b blockingLimiter) AllowNContext(ctx context.Context, _ string, _ int) (engine.Decision, error) {
+	<-ctx.Done()
+	return engine.Decision{Limit: 10}, ctx.Err()
+}
+
+func (b blockingLimiter) PeekContext(ctx context.Context, k string) (engine.Decision, error) {
+	return b.AllowNContext(ctx, k, 1)
+}
+
+// TestStalledBackendReleasedByClientCancel: a client that goes away ends
+// the middleware's wait on a stalled backend; the failure is counted as a
+// backend error and the backend's failure decision applies.
+func TestStalledBackendReleasedByClientCancel(t *testing.T) {
+	var got atomic.Value
+	m := mustNew(t, Options{
+		Default: &Rule{Name: "remote", Limiter: blockingLimiter{}, Limit: 10, Window: time.Second},
+		Observe: func(_ *http.Request, e Event) { got.Store(e) },
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
+	done := make(chan int)
+	go func() {
+		rec := httptest.NewRecorder()
+		m.Handler(okHandler).ServeHTTP(rec, req)
+		done <- rec.Code
+	}()
+	cancel()
+	if code := <-done; code != 429 {
+		t.Errorf("status %d, want the backend's fail-closed 429", code)
+	}
+	e, _ := got.Load().(Event)
+	if !errors.Is(e.Err, context.Canceled) || e.Outcome != OutcomeDenied {
+		t.Errorf("event %+v, want a denied outcome carrying context.Canceled", e)
+	}
+	if rs := m.RuleStats(); rs[0].BackendErrors != 1 || rs[0].Denied != 1 {
+		t.Errorf("RuleStats %+v", rs)
 	}
 }
