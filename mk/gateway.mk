@@ -25,7 +25,6 @@
 # or the gateway's if it failed to start or to stop cleanly, or the load
 # generator's if it could not run (2).
 GATEWAY_BIN     := bin/gateway
-GATEWAY_CONFIG  ?= cmd/gateway/gateway.example.yaml
 RUN_HTTP_CONFIG ?= cmd/gateway/run-http.yaml
 # The limit the load generator checks the admitted count against: the
 # default policy of $(RUN_HTTP_CONFIG), keyed by the X-API-Key header.

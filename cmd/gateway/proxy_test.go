@@ -378,3 +378,47 @@ func TestUpgradeAndStreamingPass(t *testing.T) {
 		t.Errorf("through the upgraded connection: %q, %v", line, err)
 	}
 }
+
+func TestTransportFromConfig(t *testing.T) {
+	c, err := parseConfig([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTransport(c.proxy)
+	if tr.ResponseHeaderTimeout != 60*time.Second || tr.IdleConnTimeout != 90*time.Second || c.proxy.dialTimeout != 60*time.Second || c.proxy.maxBody != 1<<20 {
+		t.Errorf("defaults: header %v idle %v dial %v body %d; want nginx-like 60s, 90s, 60s, 1 MiB",
+			tr.ResponseHeaderTimeout, tr.IdleConnTimeout, c.proxy.dialTimeout, c.proxy.maxBody)
+	}
+	if c.server.readHeaderTimeout != 60*time.Second || c.server.idleTimeout != 75*time.Second {
+		t.Errorf("server defaults %+v", c.server)
+	}
+	c, err = parseConfig([]byte(minimal + "proxy:\n  dial_timeout_ms: 1500\n  response_header_timeout_ms: 2500\n  idle_conn_timeout_ms: 3500\n  max_body_bytes: -1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr = newTransport(c.proxy)
+	if tr.ResponseHeaderTimeout != 2500*time.Millisecond || tr.IdleConnTimeout != 3500*time.Millisecond || c.proxy.dialTimeout != 1500*time.Millisecond || c.proxy.maxBody != -1 {
+		t.Errorf("configured: header %v idle %v dial %v body %d", tr.ResponseHeaderTimeout, tr.IdleConnTimeout, c.proxy.dialTimeout, c.proxy.maxBody)
+	}
+}
+
+// TestUpstreamRateLimitHeadersDoNotConflict pins issue 11 item 7 at the
+// gateway: an upstream that sets its own X-RateLimit-Limit does not give
+// the client two values; upstream_headers chooses whose wins.
+func TestUpstreamRateLimitHeadersDoNotConflict(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Limit", "999")
+		w.Header().Set("RateLimit-Policy", `"upstream";q=999;w=1`)
+	}))
+	defer up.Close()
+	for _, c := range []struct{ mode, limit string }{{"ours", "10"}, {"theirs", "999"}} {
+		_, gw := newTestGateway(t, minimal+"  upstream_headers: "+c.mode+"\n", up.URL)
+		res := do(t, "GET", gw.URL+"/", nil)
+		if got := res.Header.Values("X-RateLimit-Limit"); len(got) != 1 || got[0] != c.limit {
+			t.Errorf("upstream_headers %s: X-RateLimit-Limit %q, want one value %s", c.mode, got, c.limit)
+		}
+		if got := res.Header.Values("RateLimit-Policy"); len(got) != 1 {
+			t.Errorf("upstream_headers %s: RateLimit-Policy %q, want one value", c.mode, got)
+		}
+	}
+}
