@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -163,5 +165,29 @@ func TestFlagErrors(t *testing.T) {
 		if _, err := parseUpstream(s); err == nil {
 			t.Errorf("parseUpstream(%q) accepted", s)
 		}
+	}
+}
+
+// TestMemoryTooSmallNamesTheYAMLField pins issue 11 item 6: the engine's
+// own check of the memory bound (it depends on the shard count, so only
+// building the limiter finds it) is reported as the YAML field, not as
+// "Config.MaxMemory".
+func TestMemoryTooSmallNamesTheYAMLField(t *testing.T) {
+	c, err := parseConfig([]byte(minimal + "    memory_limit_mb: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	g.metrics = newMetrics(func() float64 { return 0 })
+	err = g.load(c)
+	if err == nil {
+		g.close()
+		t.Skip("1 MB is enough for this machine's shard count; nothing to check")
+	}
+	if !strings.HasPrefix(err.Error(), "rate_limiting.sliding_window.memory_limit_mb (used by rate_limiting.sliding_window)") || !errors.Is(err, errConfig) {
+		t.Errorf("error %q does not name the YAML field first", err)
+	}
+	if len(g.resources) != 0 || g.cur.Load() != nil {
+		t.Errorf("a failed load left %d resources, current %v", len(g.resources), g.cur.Load())
 	}
 }

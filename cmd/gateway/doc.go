@@ -14,9 +14,11 @@
 // requests in flight never see a reload. Limiter state (and Redis clients,
 // and the key budget) is kept for every rule whose name, key source and
 // policy are unchanged (the same fingerprint), and released when the last
-// configuration holding it has drained. The server section (client
-// timeouts) is read at start only. SIGTERM or SIGINT stops accepting
-// connections and lets requests in flight finish, up to -shutdown-timeout.
+// configuration holding it has drained (a websocket proxied through keeps
+// its configuration's limiters until it closes). The server section
+// (client timeouts) is read at start only. SIGTERM or SIGINT stops
+// accepting connections and lets requests in flight finish, upgraded
+// (hijacked) connections included, up to -shutdown-timeout.
 //
 // Exit status: 0 stopped cleanly; 1 serving failed after start; 2 bad
 // flags or configuration at start (nothing served); 3 the shutdown timeout

@@ -212,8 +212,14 @@ func shutdown(srv *http.Server, served <-chan error, g *gateway, timeout time.Du
 		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serving: %w", err)
 		}
-		g.close()
-		return nil
+		// Shutdown does not wait for hijacked connections (websockets
+		// and other upgrades proxied through): their handlers are still
+		// in flight. Give them the rest of the timeout.
+		err = waitIdle(sctx, &g.inflight)
+		if err == nil {
+			g.close()
+			return nil
+		}
 	}
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("shutdown: %w", err)
@@ -226,12 +232,29 @@ func shutdown(srv *http.Server, served <-chan error, g *gateway, timeout time.Du
 	}
 	log.Error("shutdown timed out; cutting the requests still in flight", "timeout", timeout.String(), "dropped", len(dropped))
 	_ = srv.Close()
-	<-served
+	select {
+	case <-served:
+	default: // already received above, when Shutdown itself finished
+	}
 	// Handlers may still be running (a hijacked websocket is not closed
 	// by srv.Close); the limiters stay open under them, and close does
 	// not wait for them: the process is about to exit.
 	g.abandon.Store(true)
 	return fmt.Errorf("%w: %d dropped after %v", errDropped, len(dropped), timeout)
+}
+
+// waitIdle waits until no request is in flight or ctx ends.
+func waitIdle(ctx context.Context, f *inflight) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for f.count() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
 }
 
 func parseUpstream(s string) (*url.URL, error) {

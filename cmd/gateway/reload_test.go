@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -159,5 +161,44 @@ func TestBadConfigExits2(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "rate_limiting.sliding_window.max_requests: must be an integer") {
 		t.Errorf("output %s does not name the field", out)
+	}
+}
+
+// TestShutdownCountsUpgradedConnections: http.Server.Shutdown does not
+// wait for hijacked connections, so a websocket proxied through the
+// gateway would be cut silently at exit; the gateway waits for it up to
+// the timeout, then logs it as dropped and exits 3.
+func TestShutdownCountsUpgradedConnections(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_ = brw.Flush()
+		_, _ = io.Copy(io.Discard, brw) // held open until the client goes
+	}))
+	defer up.Close()
+	cfg := filepath.Join(t.TempDir(), "gateway.yaml")
+	writeFile(t, cfg, reloadConfigV1)
+	p := startGatewayProc(t, "-config", cfg, "-listen", "127.0.0.1:0", "-upstream", up.URL, "-shutdown-timeout", "1s")
+	conn, err := net.Dial("tcp", strings.TrimPrefix(p.base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil || res.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", res, err)
+	}
+	p.signal(syscall.SIGTERM)
+	line := p.waitLog("dropping request in flight")
+	if !strings.Contains(line, `"path":"/ws"`) {
+		t.Errorf("drop log line %s lacks the upgraded request", line)
+	}
+	if code, _ := p.wait(); code != exitDropped {
+		t.Errorf("exit status %d, want %d", code, exitDropped)
 	}
 }
