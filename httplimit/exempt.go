@@ -32,6 +32,7 @@ type Exemptions struct {
 }
 
 type exemptions struct {
+	any     bool // any list is set (else only CORS preflights are exempt)
 	paths   []string
 	cidrs   []netip.Prefix
 	ip      *ipKeyer
@@ -70,6 +71,7 @@ func compileExemptions(e Exemptions) (exemptions, error) {
 		}
 		x.ip = k
 	}
+	x.any = len(x.paths)+len(x.methods)+len(x.cidrs) > 0
 	return x, nil
 }
 

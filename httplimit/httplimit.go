@@ -506,7 +506,7 @@ type applied struct {
 // decision, response.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	s := m.stripe()
-	if m.exempt.match(r) {
+	if (m.exempt.any || r.Method == http.MethodOptions) && m.exempt.match(r) {
 		m.counters(s).exempt.Add(1)
 		next.ServeHTTP(w, r)
 		return
@@ -534,7 +534,9 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.counters(s).allowed.Add(1)
 		for i := range as {
 			m.ruleCounters(s, as[i].ru).allowed.Add(1)
-			m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
+			if m.observe != nil || as[i].err != nil {
+				m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
+			}
 		}
 		m.pass(w, r, next, setHeaders(h, w, as, m.upstream))
 		return
