@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -70,6 +71,18 @@ func BenchmarkHandler(b *testing.B) {
 		h    http.Handler
 	}{{"handler=noop", noopHandler}, {"handler=content-type", ctHandler}} {
 		b.Run(hc.name+"/bare", func(b *testing.B) { runHandler(b, hc.h, nil) })
+		b.Run(hc.name+"/middleware/backend=fixed/upstream=unchecked", func(b *testing.B) {
+			m, err := New(Options{Upstream: UpstreamUnchecked, Default: &Rule{
+				Name:    "default",
+				Limiter: fixedLimiter{engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}},
+				Limit:   100, Window: time.Minute,
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			runHandler(b, m.Handler(hc.h), nil)
+		})
 		b.Run(hc.name+"/middleware/backend=fixed", func(b *testing.B) {
 			m, err := New(Options{Default: &Rule{
 				Name:    "default",
@@ -95,5 +108,27 @@ func BenchmarkHandler(b *testing.B) {
 				runHandler(b, m.Handler(hc.h), func() { clk.Advance(2 * time.Millisecond) })
 			})
 		}
+	}
+}
+
+// BenchmarkStacked measures MatchAll with two matching engine rules (peek
+// both, then take both) against one rule, on the allowed path.
+func BenchmarkStacked(b *testing.B) {
+	for _, n := range []int{1, 2} {
+		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
+			clk := newClock()
+			var rules []Rule
+			for i := range n {
+				rules = append(rules, Rule{Name: fmt.Sprintf("r%d", i), Engine: engine.Config{
+					Algorithm: engine.SlidingLog, Limit: 1000, Window: time.Second, Clock: clk,
+				}})
+			}
+			m, err := New(Options{MatchAll: true, Rules: rules})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			runHandler(b, m.Handler(ctHandler), func() { clk.Advance(2 * time.Millisecond) })
+		})
 	}
 }

@@ -3,12 +3,14 @@
 // that satisfies engine.RateLimiter (the Redis store of package redisstore).
 //
 // A Middleware holds an ordered list of rules and a default rule. For each
-// request the first rule whose method, path prefix and tier all match wins;
-// the default rule takes what no rule matched. The winning rule's key
-// function names the client (socket IP by default), the rule's backend
-// decides, and the request is either passed on or answered with 429 Too
-// Many Requests. Middleware.Handler has the shape func(http.Handler)
-// http.Handler, so it composes with http.ServeMux, chi, gorilla and others.
+// request that is not exempt, the first rule whose method, path prefix and
+// tier all match decides (with Options.MatchAll, every matching rule
+// applies: stacked limits); the default rule takes what no rule matched.
+// Each rule's key function names the client (socket IP by default), the
+// rule's backend decides, and the request is either passed on or answered
+// with 429 Too Many Requests. Middleware.Handler has the shape
+// func(http.Handler) http.Handler, so it composes with http.ServeMux, chi,
+// gorilla and others.
 //
 // Guarantees and invariants:
 //
@@ -16,34 +18,68 @@
 //     (draft-ietf-httpapi-ratelimit-headers-11 syntax, e.g.
 //     `RateLimit-Policy: "api";q=100;w=60` and `RateLimit: "api";r=42;t=30`)
 //     and the legacy X-RateLimit-Limit, X-RateLimit-Remaining and
-//     X-RateLimit-Reset (seconds until the key's window is empty, rounded
-//     up). A denied request also carries Retry-After in whole seconds,
-//     rounded up and at least 1, so a client that honours it is never
-//     refused for retrying too early.
+//     X-RateLimit-Reset. w is the window in seconds, rounded up, never
+//     omitted. t (and X-RateLimit-Reset, the same number) is the seconds
+//     until the quota has room again: on a refusal, when the retry
+//     passes; on the response that took the last unit, when the next
+//     request passes (one extra Peek); with room left, the time until the
+//     key's window is empty, capped at w. A denied request also carries
+//     Retry-After in whole seconds, rounded up and at least 1, so a client
+//     that honours it is never refused for retrying too early.
+//   - Under MatchAll the RateLimit-Policy and RateLimit lists name every
+//     applied policy; a request refused by one rule consumes nothing from
+//     the others (all are peeked before any is taken; see Options.MatchAll
+//     for the one race and its bound).
+//   - The wrapped handler's own RateLimit, RateLimit-Policy and
+//     X-RateLimit-* values never reach the client beside ours: by default
+//     ours replace them when the response is committed (Options.Upstream).
+//     The writer the handler gets passes Flush, Hijack and ReadFrom
+//     through and unwraps for http.ResponseController.
+//   - The request's context reaches ready backends (AllowNContext,
+//     PeekContext), so a remote store stops waiting for a client that left.
 //   - Two rules never share limiter state: a rule built from an
 //     engine.Config owns its engine.Limiter, and a rule handed a ready
 //     RateLimiter (which may be shared) prefixes its keys with its name and
-//     a NUL byte, a byte no rule name contains.
+//     a NUL byte, a byte no rule name contains. Fallback keys (FailOpen,
+//     NewKeyChain, KeyBudget) are namespaced too, so a client cannot pick
+//     an API key that collides with another client's IP key.
 //   - Forwarding headers (X-Forwarded-For, Forwarded, X-Real-IP) are
 //     believed only when the socket peer lies in a configured trusted
 //     proxy prefix, and the chain is walked right to left past trusted hops
 //     only, so a client cannot choose its own key by sending the header.
 //     With no trusted proxies (the default) the key is the socket address.
+//   - What each key source trusts: ClientIP trusts the socket and the
+//     configured proxies only. Header trusts the client entirely: any
+//     value is a fresh allowance, so use it behind key verification, or
+//     wrap it in a KeyBudget (a bounded number of new keys per client IP)
+//     and NewKeyChain it with ClientIP so a missing key is limited per IP.
 //   - IPv6 clients are keyed by their /64 (configurable) so that one host
 //     cannot dodge its limit by rotating through its own prefix; IPv4
 //     clients by /32 (configurable).
 //   - A key function error never panics and never reaches the backend: the
-//     request fails open (passed on, unlimited) or closed (refused), as
-//     configured, and is counted either way.
+//     request is keyed by the fallback key (FailOpen; passed unlimited only
+//     if that fails too) or refused (400), as configured, and is counted.
+//   - Exempt requests (Options.Exempt) and CORS preflights are passed on
+//     untouched: no quota, no headers. A path that is not clean is never
+//     exempt.
+//   - Refusals default to an RFC 9457 application/problem+json body of type
+//     ProblemTypeQuotaExceeded (DenyText keeps text/plain). A request with
+//     an Origin header gets Access-Control-Expose-Headers naming the
+//     rate-limit headers and Retry-After.
 //   - In dry-run mode every decision is made, counted and advertised in the
 //     headers, but no request is refused; denials are counted as
 //     DryRunDenied.
-//   - Middleware is safe for concurrent use. Its counters are striped
-//     across cache lines; Stats sums them and may miss operations that
-//     race with it.
+//   - Middleware is safe for concurrent use. Its counters (Stats,
+//     RuleStats) are striped across cache lines; reading them sums the
+//     stripes and may miss operations that race with it. Options.Observe
+//     sees every rule decision as it happens, for metrics and logs; this
+//     package imports no metrics library.
 //
-// Cost: on the allowed path the middleware adds two small allocations (one
-// string holding the per-request header values, one slice backing the five
-// header value lists) to whatever the backend and key function cost; the
-// policy and limit values are formatted once per rule at New.
+// Cost: on the allowed path with one rule the middleware adds two small
+// allocations (one string holding the per-request header values, and the
+// response writer wrapper whose array backs the five header value lists)
+// to whatever the backend and key function cost; the policy and limit
+// values are formatted once per rule at New. A request with an Origin
+// header adds one more (the Expose-Headers list); MatchAll with several
+// matching rules adds a Peek per rule.
 package httplimit

@@ -47,7 +47,7 @@ func Example() {
 	// Output:
 	// 200 "login";q=1;w=60 "login";r=0;t=61 Retry-After=""
 	// 429 "login";q=1;w=60 "login";r=0;t=61 Retry-After="61"
-	// {Allowed:1 Denied:1 DryRunDenied:0 KeyErrors:0 FailedOpen:0 FailedClosed:0 Unmatched:0}
+	// {Allowed:1 Denied:1 DryRunDenied:0 KeyErrors:0 FailedOpen:0 FailedClosed:0 Unmatched:0 Exempt:0 Fallbacks:0}
 }
 
 // A gateway behind a load balancer at 10.0.0.0/8 keys clients by the
@@ -76,4 +76,67 @@ func ExampleClientIP() {
 	// 203.0.113.9
 	// 2001:db8:1:2::
 	// 198.51.100.20
+}
+
+// Stacked limits: a login rule and a per-client overall rule both apply to
+// POST /login; the headers list both policies, and a refusal by one takes
+// nothing from the other.
+func ExampleOptions_matchAll() {
+	log := func(limit int) engine.Config {
+		return engine.Config{Algorithm: engine.SlidingLog, Limit: limit, Window: time.Minute, Clock: fixedClock{}}
+	}
+	m, err := httplimit.New(httplimit.Options{
+		MatchAll: true,
+		Rules: []httplimit.Rule{
+			{Name: "login", Method: "POST", PathPrefix: "/login", Engine: log(1)},
+			{Name: "all", Engine: log(100)},
+		},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close()
+	h := m.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, req := range []*http.Request{
+		httptest.NewRequest("POST", "/login", nil),
+		httptest.NewRequest("POST", "/login", nil),
+		httptest.NewRequest("GET", "/", nil),
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 200 "login";r=0;t=61, "all";r=99;t=60
+	// 429 "login";r=0;t=61, "all";r=99;t=60
+	// 200 "all";r=98;t=60
+}
+
+// An API key when the request has one, else the client IP; and at most
+// two new unverified keys per IP per minute, so inventing keys does not
+// multiply a client's allowance.
+func ExampleNewKeyBudget() {
+	kb, err := httplimit.NewKeyBudget(httplimit.KeyBudgetConfig{
+		Key: httplimit.Header("X-Api-Key"), NewKeys: 2, Window: time.Minute, Clock: fixedClock{},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer kb.Close()
+	for _, k := range []string{"k1", "k2", "k3", "k1", ""} {
+		r := httptest.NewRequest("GET", "/", nil) // RemoteAddr 192.0.2.1:1234
+		if k != "" {
+			r.Header.Set("X-Api-Key", k)
+		}
+		key, _ := kb.Key(r)
+		fmt.Printf("%q\n", key)
+	}
+	// Output:
+	// "k1"
+	// "k2"
+	// "\x00ip\x00192.0.2.1"
+	// "k1"
+	// "\x00ip\x00192.0.2.1"
 }

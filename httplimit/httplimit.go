@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -56,15 +57,50 @@ type Rule struct {
 
 // Denial describes a refused request to Options.OnDeny.
 type Denial struct {
-	Rule     string          // name of the rule that refused it
+	Rule     string          // name of the rule that refused it (the longest wait when several did)
 	Key      string          // the client key, without the rule namespace
 	Decision engine.Decision // the backend's answer
 }
 
+// UpstreamHeaders says whose rate-limit headers a response carries when
+// the wrapped handler (an upstream behind httputil.ReverseProxy, say) sets
+// RateLimit, RateLimit-Policy or X-RateLimit-* itself.
+type UpstreamHeaders uint8
+
+const (
+	// UpstreamOurs (the default) sets the middleware's values when the
+	// handler commits its response (WriteHeader, Write, Flush, Hijack, or
+	// returning), replacing whatever it set or added: a client never sees
+	// two conflicting X-RateLimit-Limit values. The handler does not see
+	// them in its header map; choose UpstreamTheirs or UpstreamUnchecked
+	// for a handler that reads them.
+	UpstreamOurs UpstreamHeaders = iota
+	// UpstreamTheirs lets a handler's values replace the middleware's in
+	// each header it set or added; headers it left alone keep ours.
+	UpstreamTheirs
+	// UpstreamUnchecked hands the handler the ResponseWriter unwrapped and
+	// leaves the headers as the handler leaves them: what it adds is sent
+	// beside ours. The cheapest choice (no wrapper calls, no header
+	// re-check at commit), for handlers that never set these headers or a
+	// proxy that calls StripRateLimitHeaders on the upstream's response.
+	UpstreamUnchecked
+)
+
 // Options configures a Middleware.
 type Options struct {
-	// Rules are tried in order; the first that matches decides.
+	// Rules are tried in order; the first that matches decides, or, with
+	// MatchAll, every rule that matches applies.
 	Rules []Rule
+	// MatchAll applies every matching rule (stacked limits: 5/min on POST
+	// /login and 1000/min per client overall). The request is refused if
+	// any rule refuses, and then nothing is consumed from the others:
+	// every rule is peeked first, and only if all have room is each
+	// taken, in order. A concurrent request can fill a rule between the
+	// peek and the take; the request is then refused and the units taken
+	// from the rules before it stay taken (no limit is ever exceeded; the
+	// client loses at most one unit per such race). The headers list
+	// every policy that applied.
+	MatchAll bool
 	// Default decides requests no rule matched. Its Method, PathPrefix
 	// and Tier must be empty. Nil means such requests pass unlimited (and
 	// are counted as Unmatched).
@@ -77,60 +113,91 @@ type Options struct {
 	Tier func(*http.Request) string
 	// DryRun decides, counts and sets the headers but never refuses.
 	DryRun bool
-	// FailOpen passes a request whose key function failed on unlimited;
-	// false refuses it with OnKeyError.
+	// FailOpen keys a request whose key function failed by FallbackKey
+	// instead (namespaced apart from the rule's own keys), so a missing or
+	// over-long API key is limited per client IP rather than refused; only
+	// if FallbackKey fails too is the request passed on unlimited. False
+	// refuses it with OnKeyError.
 	FailOpen bool
+	// FallbackKey keys requests whose key failed, with FailOpen. Nil
+	// means the socket IP address, /64 for IPv6, no proxies trusted.
+	FallbackKey KeyFunc
+	// Exempt lists requests that are never limited (no quota, no headers).
+	Exempt Exemptions
+	// Upstream says whose rate-limit headers win when the handler sets
+	// its own. The zero value is UpstreamOurs.
+	Upstream UpstreamHeaders
 	// OnDeny writes the response to a refused request. The rate-limit
-	// headers and Retry-After are already set. Nil writes 429 with a
-	// short text body.
+	// headers and Retry-After are already set. Nil means DenyProblem
+	// (429, application/problem+json); DenyText writes text/plain.
 	OnDeny func(w http.ResponseWriter, r *http.Request, d Denial)
 	// OnKeyError writes the response to a request refused because its key
 	// function failed (FailOpen false). Nil writes 400 Bad Request: the
 	// request lacks what the policy keys on, and retrying it unchanged
 	// cannot help, so 429 would mislead.
 	OnKeyError func(w http.ResponseWriter, r *http.Request, err error)
+	// Observe, if set, is called once per rule that decided a request,
+	// synchronously, before the request is passed on or refused: feed
+	// metrics or a sampled log from it, and keep it fast. Setting it
+	// makes the middleware read the clock twice per request for
+	// Event.Latency. A key error that FailOpen recovered with FallbackKey
+	// is reported with the fallback decision's outcome (and counted in
+	// RuleStats.KeyErrors and Stats.Fallbacks).
+	Observe func(r *http.Request, e Event)
 }
 
 // Stats counts what a Middleware did. Each request adds to exactly one of
-// Allowed, Denied, DryRunDenied, FailedOpen, FailedClosed, Unmatched;
-// KeyErrors = FailedOpen + FailedClosed.
+// Allowed, Denied, DryRunDenied, FailedOpen, FailedClosed, Unmatched,
+// Exempt; KeyErrors = FailedOpen + FailedClosed + Fallbacks.
 type Stats struct {
-	Allowed      uint64 // passed on by a rule
+	Allowed      uint64 // passed on by its rules
 	Denied       uint64 // refused with OnDeny
 	DryRunDenied uint64 // would have been refused; passed on (DryRun)
 	KeyErrors    uint64 // key function failed
-	FailedOpen   uint64 // key function failed; passed on (FailOpen)
+	FailedOpen   uint64 // key function and FallbackKey failed; passed on unlimited (FailOpen)
 	FailedClosed uint64 // key function failed; refused with OnKeyError
 	Unmatched    uint64 // no rule and no default rule; passed on
+	Exempt       uint64 // exempt (Options.Exempt, CORS preflight); passed on
+	Fallbacks    uint64 // key function failed; decided by FallbackKey (FailOpen), also counted as decided
 }
 
 // Middleware rate-limits the requests of the handlers it wraps.
 type Middleware struct {
-	rules    []rule
-	def      *rule
-	tier     func(*http.Request) string
-	dryRun   bool
-	failOpen bool
-	onDeny   func(http.ResponseWriter, *http.Request, Denial)
-	onKeyErr func(http.ResponseWriter, *http.Request, error)
-	owned    []*engine.Limiter
-	stripes  []statStripe
-	mask     uint32
-	closed   atomic.Bool
+	rules       []rule
+	def         *rule
+	tier        func(*http.Request) string
+	matchAll    bool
+	dryRun      bool
+	failOpen    bool
+	fallback    KeyFunc
+	exempt      exemptions
+	upstream    UpstreamHeaders
+	onDeny      func(http.ResponseWriter, *http.Request, Denial)
+	onKeyErr    func(http.ResponseWriter, *http.Request, error)
+	observe     func(*http.Request, Event)
+	owned       []*engine.Limiter
+	stripes     []statStripe
+	ruleStripes []ruleStripe // len(stripes) x nRules, stripe-major
+	nRules      int
+	mask        uint32
+	closed      atomic.Bool
 }
 
 // rule is a Rule compiled for the hot path.
 type rule struct {
+	idx      int // index into each stripe's rule counters
 	name     string
 	method   string
 	prefix   string // cleaned; "" matches every path
 	tier     string
-	rl       engine.RateLimiter
-	ns       string // key namespace ("name\x00"), "" when rl is owned
+	eng      *engine.Limiter    // the owned engine, called directly; nil with a ready Limiter
+	rl       engine.RateLimiter // the ready backend, when eng is nil
+	ns       string             // key namespace ("name\x00"), "" when rl is owned
 	key      KeyFunc
-	policy   string // RateLimit-Policy value, formatted at New
+	policy   string // RateLimit-Policy item, formatted at New
 	limitStr string // X-RateLimit-Limit value
 	rlPrefix string // `"name";r=`
+	wSec     int64  // window in whole seconds, rounded up
 }
 
 // cacheLine is the padding unit for the counter stripes: 128 bytes covers
@@ -139,7 +206,7 @@ type rule struct {
 const cacheLine = 128
 
 type counters struct {
-	allowed, denied, dryRunDenied, failedOpen, failedClosed, unmatched atomic.Uint64
+	allowed, denied, dryRunDenied, failedOpen, failedClosed, unmatched, exempt, fallbacks atomic.Uint64
 }
 
 // statStripe holds one copy of every counter on its own cache lines. A
@@ -150,30 +217,60 @@ type statStripe struct {
 	_ [cacheLine - unsafe.Sizeof(counters{})%cacheLine]byte
 }
 
+type ruleCounters struct {
+	allowed, denied, dryRunDenied, keyErrors, backendErrors atomic.Uint64
+}
+
+// ruleStripe is one rule's counters in one stripe, padded like statStripe.
+type ruleStripe struct {
+	ruleCounters
+	_ [cacheLine - unsafe.Sizeof(ruleCounters{})%cacheLine]byte
+}
+
 // New validates opts and returns a Middleware. Rules built from an
 // engine.Config get their own engine.Limiter; Close releases them.
 func New(opts Options) (*Middleware, error) {
 	m := &Middleware{
 		tier:     opts.Tier,
+		matchAll: opts.MatchAll,
 		dryRun:   opts.DryRun,
 		failOpen: opts.FailOpen,
+		fallback: opts.FallbackKey,
+		upstream: opts.Upstream,
 		onDeny:   opts.OnDeny,
 		onKeyErr: opts.OnKeyError,
+		observe:  opts.Observe,
 	}
 	if m.onDeny == nil {
-		m.onDeny = defaultDeny
+		m.onDeny = DenyProblem
 	}
 	if m.onKeyErr == nil {
 		m.onKeyErr = defaultKeyError
 	}
+	if m.upstream > UpstreamUnchecked {
+		return nil, invalidf("Options.Upstream %d is not UpstreamOurs, UpstreamTheirs or UpstreamUnchecked", m.upstream)
+	}
+	ipKey := func() (KeyFunc, error) { return ClientIP(IPConfig{}) }
 	defKey := opts.Key
 	if defKey == nil {
-		k, err := ClientIP(IPConfig{})
+		k, err := ipKey()
 		if err != nil {
 			return nil, err
 		}
 		defKey = k
 	}
+	if m.fallback == nil {
+		k, err := ipKey()
+		if err != nil {
+			return nil, err
+		}
+		m.fallback = k
+	}
+	ex, err := compileExemptions(opts.Exempt)
+	if err != nil {
+		return nil, err
+	}
+	m.exempt = ex
 	names := map[string]bool{}
 	fail := func(err error) (*Middleware, error) {
 		m.Close()
@@ -188,8 +285,10 @@ func New(opts Options) (*Middleware, error) {
 		if ru.tier != "" && m.tier == nil {
 			return fail(invalidf("%s (%s).Tier is %q but Options.Tier is nil", where, ru.name, ru.tier))
 		}
+		ru.idx = len(m.rules)
 		m.rules = append(m.rules, ru)
 	}
+	m.nRules = len(m.rules)
 	if d := opts.Default; d != nil {
 		if d.Method != "" || d.PathPrefix != "" || d.Tier != "" {
 			return fail(invalidf("Default (%s) must not set Method, PathPrefix or Tier", d.Name))
@@ -198,6 +297,8 @@ func New(opts Options) (*Middleware, error) {
 		if err != nil {
 			return fail(err)
 		}
+		ru.idx = m.nRules
+		m.nRules++
 		m.def = &ru
 	}
 	n := 1
@@ -205,6 +306,7 @@ func New(opts Options) (*Middleware, error) {
 		n <<= 1
 	}
 	m.stripes = make([]statStripe, n)
+	m.ruleStripes = make([]ruleStripe, n*max(m.nRules, 1))
 	m.mask = uint32(n - 1)
 	return m, nil
 }
@@ -252,8 +354,8 @@ func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[st
 		if limit <= 0 {
 			return rule{}, invalidf("%s (%s).Limit must be > 0 with Limiter, got %d", where, r.Name, limit)
 		}
-		if window <= 0 {
-			return rule{}, invalidf("%s (%s).Window must be > 0 with Limiter, got %v", where, r.Name, window)
+		if window <= 0 || window > engine.MaxWindow {
+			return rule{}, invalidf("%s (%s).Window must be in (0, %v] with Limiter, got %v", where, r.Name, engine.MaxWindow, window)
 		}
 		ru.rl = r.Limiter
 		ru.ns = r.Name + "\x00"
@@ -263,24 +365,15 @@ func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[st
 			return rule{}, fmt.Errorf("httplimit: %s (%s).Engine: %w", where, r.Name, err)
 		}
 		m.owned = append(m.owned, l)
+		ru.eng = l
 		ru.rl = l
 		limit, window = r.Engine.Limit, r.Engine.Window
 	}
-	ru.policy = policyValue(r.Name, limit, window)
+	ru.wSec = ceilSeconds(window)
+	ru.policy = `"` + r.Name + `";q=` + strconv.Itoa(limit) + ";w=" + strconv.FormatInt(ru.wSec, 10)
 	ru.limitStr = strconv.Itoa(limit)
 	ru.rlPrefix = `"` + r.Name + `";r=`
 	return ru, nil
-}
-
-// policyValue formats RateLimit-Policy. The draft's w is a whole number of
-// seconds; a window that is not one is left out (w is optional) rather
-// than rounded into a claim about a different rate.
-func policyValue(name string, limit int, window time.Duration) string {
-	v := `"` + name + `";q=` + strconv.Itoa(limit)
-	if window%time.Second == 0 {
-		v += ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
-	}
-	return v
 }
 
 // Close closes the engine limiters New built. The Middleware must not be
@@ -307,8 +400,10 @@ func (m *Middleware) Stats() Stats {
 		s.FailedOpen += c.failedOpen.Load()
 		s.FailedClosed += c.failedClosed.Load()
 		s.Unmatched += c.unmatched.Load()
+		s.Exempt += c.exempt.Load()
+		s.Fallbacks += c.fallbacks.Load()
 	}
-	s.KeyErrors = s.FailedOpen + s.FailedClosed
+	s.KeyErrors = s.FailedOpen + s.FailedClosed + s.Fallbacks
 	return s
 }
 
@@ -331,11 +426,15 @@ func (m *Middleware) EngineStats() engine.Stats {
 	return s
 }
 
-// stripe picks a counter stripe. math/rand/v2's top-level functions read a
-// per-thread generator without locking, so this costs a few nanoseconds
-// and spreads concurrent requests over the stripes.
-func (m *Middleware) stripe() *counters {
-	return &m.stripes[rand.Uint32()&m.mask].counters
+// stripe picks a counter stripe index. math/rand/v2's top-level functions
+// read a per-thread generator without locking, so this costs a few
+// nanoseconds and spreads concurrent requests over the stripes.
+func (m *Middleware) stripe() uint32 { return rand.Uint32() & m.mask }
+
+func (m *Middleware) counters(s uint32) *counters { return &m.stripes[s].counters }
+
+func (m *Middleware) ruleCounters(s uint32, ru *rule) *ruleCounters {
+	return &m.ruleStripes[int(s)*m.nRules+ru.idx].ruleCounters
 }
 
 // Handler wraps next. Its method value has the middleware shape
@@ -346,35 +445,38 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	})
 }
 
-func (m *Middleware) match(r *http.Request) *rule {
-	var tier string
-	tierDone := false
-	var p string
-	pathDone := false
-	for i := range m.rules {
-		ru := &m.rules[i]
-		if ru.method != "" && ru.method != r.Method {
-			continue
-		}
-		if ru.prefix != "" {
-			if !pathDone {
-				p, pathDone = cleanPath(r.URL.Path), true
-			}
-			if !pathHasPrefix(p, ru.prefix) {
-				continue
-			}
-		}
-		if ru.tier != "" {
-			if !tierDone {
-				tier, tierDone = m.tier(r), true
-			}
-			if tier != ru.tier {
-				continue
-			}
-		}
-		return ru
+// matcher matches rules against one request, computing the cleaned path
+// and the tier at most once.
+type matcher struct {
+	m        *Middleware
+	r        *http.Request
+	path     string
+	pathDone bool
+	tier     string
+	tierDone bool
+}
+
+func (mt *matcher) matches(ru *rule) bool {
+	if ru.method != "" && ru.method != mt.r.Method {
+		return false
 	}
-	return m.def
+	if ru.prefix != "" {
+		if !mt.pathDone {
+			mt.path, mt.pathDone = cleanPath(mt.r.URL.Path), true
+		}
+		if !pathHasPrefix(mt.path, ru.prefix) {
+			return false
+		}
+	}
+	if ru.tier != "" {
+		if !mt.tierDone {
+			mt.tier, mt.tierDone = mt.m.tier(mt.r), true
+		}
+		if mt.tier != ru.tier {
+			return false
+		}
+	}
+	return true
 }
 
 // pathHasPrefix reports whether prefix is a whole-segment prefix of p; both
@@ -386,44 +488,254 @@ func pathHasPrefix(p, prefix string) bool {
 	return len(p) == len(prefix) || prefix[len(prefix)-1] == '/' || p[len(prefix)] == '/'
 }
 
+// maxInline is how many applied rules a request tracks without allocating.
+const maxInline = 4
+
+// applied is one rule's part in a request's decision.
+type applied struct {
+	ru    *rule
+	key   string // without namespace
+	nsKey string
+	d     engine.Decision
+	t     int64 // the RateLimit t (and X-RateLimit-Reset) value
+	err   error // backend error, if any
+	taken bool  // d came from a take (else from a peek)
+}
+
+// serve runs one request through its phases: exemption, matching, keys,
+// decision, response.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	ru := m.match(r)
-	if ru == nil {
-		m.stripe().unmatched.Add(1)
+	s := m.stripe()
+	if (m.exempt.any || r.Method == http.MethodOptions) && m.exempt.match(r) {
+		m.counters(s).exempt.Add(1)
 		next.ServeHTTP(w, r)
 		return
 	}
-	key, err := ru.key(r)
-	if err != nil {
-		if m.failOpen {
-			m.stripe().failedOpen.Add(1)
-			next.ServeHTTP(w, r)
-			return
-		}
-		m.stripe().failedClosed.Add(1)
-		m.onKeyErr(w, r, err)
+	var buf [maxInline]applied
+	as := m.collect(r, buf[:0])
+	if len(as) == 0 {
+		m.counters(s).unmatched.Add(1)
+		next.ServeHTTP(w, r)
 		return
 	}
-	nsKey := key
-	if ru.ns != "" {
-		nsKey = ru.ns + key
+	var start time.Time
+	if m.observe != nil {
+		start = time.Now()
 	}
-	d := ru.rl.AllowN(nsKey, 1)
+	if !m.resolveKeys(w, r, next, s, as, start) {
+		return
+	}
+	denied := decide(r.Context(), as)
 	h := w.Header()
-	ru.setHeaders(h, &d)
-	if d.Allowed {
-		m.stripe().allowed.Add(1)
+	if len(r.Header["Origin"]) > 0 {
+		h[hdrExpose] = append(h[hdrExpose], exposeValue)
+	}
+	if denied < 0 {
+		m.counters(s).allowed.Add(1)
+		for i := range as {
+			m.ruleCounters(s, as[i].ru).allowed.Add(1)
+			if m.observe != nil || as[i].err != nil {
+				m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
+			}
+		}
+		m.pass(w, r, next, setHeaders(h, w, as, m.upstream))
+		return
+	}
+	m.refuse(w, r, next, s, as, denied, start)
+}
+
+// collect appends the rules that apply to r: the first match, every match
+// (MatchAll), or the default rule; none if nothing matched and there is
+// no default.
+func (m *Middleware) collect(r *http.Request, as []applied) []applied {
+	mt := matcher{m: m, r: r}
+	for i := range m.rules {
+		ru := &m.rules[i]
+		if mt.matches(ru) {
+			as = append(as, applied{ru: ru})
+			if !m.matchAll {
+				break
+			}
+		}
+	}
+	if len(as) == 0 && m.def != nil {
+		as = append(as, applied{ru: m.def})
+	}
+	return as
+}
+
+// resolveKeys runs each applied rule's key function before any backend
+// call, so a request refused for its key consumes nothing. It reports
+// false when it has answered the request itself (FailOpen false, or no
+// fallback key either).
+func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time) bool {
+	fellBack := false
+	for i := range as {
+		a := &as[i]
+		k, err := a.ru.key(r)
+		if err != nil {
+			m.ruleCounters(s, a.ru).keyErrors.Add(1)
+			if !m.failOpen {
+				m.counters(s).failedClosed.Add(1)
+				m.report(r, s, a, OutcomeKeyError, err, start)
+				m.onKeyErr(w, r, err)
+				return false
+			}
+			fk, ferr := m.fallback(r)
+			if ferr != nil {
+				m.counters(s).failedOpen.Add(1)
+				m.report(r, s, a, OutcomeKeyError, err, start)
+				next.ServeHTTP(w, r)
+				return false
+			}
+			k = fallbackNS + fk
+			fellBack = true
+		}
+		a.key, a.nsKey = k, k
+		if a.ru.ns != "" {
+			a.nsKey = a.ru.ns + k
+		}
+	}
+	if fellBack {
+		m.counters(s).fallbacks.Add(1)
+	}
+	return true
+}
+
+// decide asks the backends and returns the index of the refusing rule
+// with the longest wait, or -1 if every rule admitted the request. With
+// several rules it checks all, then takes: a refusal by one consumes
+// nothing from the others. A take refused after a successful peek (a
+// concurrent request got there first) stops the takes; units taken from
+// the rules before it stay taken.
+func decide(ctx context.Context, as []applied) int {
+	denied := -1
+	if len(as) > 1 {
+		for i := range as {
+			a := &as[i]
+			a.d, a.err = a.ru.peek(ctx, a.nsKey)
+			if !a.d.Allowed && (denied < 0 || a.d.RetryAfter > as[denied].d.RetryAfter) {
+				denied = i
+			}
+		}
+	}
+	if denied < 0 {
+		for i := range as {
+			a := &as[i]
+			a.d, a.err = a.ru.take(ctx, a.nsKey)
+			a.taken = true
+			if !a.d.Allowed {
+				denied = i
+				break
+			}
+		}
+	}
+	for i := range as {
+		as[i].t = as[i].ru.resetSeconds(ctx, &as[i])
+	}
+	return denied
+}
+
+// pass hands the request on, through lw unless the Upstream policy is
+// UpstreamUnchecked.
+func (m *Middleware) pass(w http.ResponseWriter, r *http.Request, next http.Handler, lw *limitWriter) {
+	if m.upstream == UpstreamUnchecked {
 		next.ServeHTTP(w, r)
 		return
 	}
+	next.ServeHTTP(lw, r)
+	lw.commit() // a handler that wrote nothing: the server sends the header after us
+}
+
+// refuse answers a request some rule refused (or passes it on in dry-run
+// mode). Only the refusing rules count and report it; the others consumed
+// nothing.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, denied int, start time.Time) {
+	outcome := OutcomeDenied
 	if m.dryRun {
-		m.stripe().dryRunDenied.Add(1)
-		next.ServeHTTP(w, r)
+		outcome = OutcomeDryRunDenied
+	}
+	for i := range as {
+		a := &as[i]
+		if a.d.Allowed {
+			continue
+		}
+		rc := m.ruleCounters(s, a.ru)
+		if m.dryRun {
+			rc.dryRunDenied.Add(1)
+		} else {
+			rc.denied.Add(1)
+		}
+		m.report(r, s, a, outcome, a.err, start)
+	}
+	h := w.Header()
+	lw := setHeaders(h, w, as, m.upstream)
+	if m.dryRun {
+		m.counters(s).dryRunDenied.Add(1)
+		m.pass(w, r, next, lw)
 		return
 	}
-	m.stripe().denied.Add(1)
-	h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.RetryAfter), 1), 10)}
-	m.onDeny(w, r, Denial{Rule: ru.name, Key: key, Decision: d})
+	lw.restore()
+	m.counters(s).denied.Add(1)
+	d := &as[denied]
+	h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.d.RetryAfter), 1), 10)}
+	m.onDeny(w, r, Denial{Rule: d.ru.name, Key: d.key, Decision: d.d})
+}
+
+// report counts a backend error and calls Observe.
+func (m *Middleware) report(r *http.Request, s uint32, a *applied, o Outcome, err error, start time.Time) {
+	if o != OutcomeKeyError && err != nil {
+		m.ruleCounters(s, a.ru).backendErrors.Add(1)
+	}
+	if m.observe == nil {
+		return
+	}
+	m.observe(r, Event{Rule: a.ru.name, Outcome: o, Latency: time.Since(start), Err: err, Decision: a.d})
+}
+
+// take and peek call the owned engine directly (no interface call, no
+// context) or the ready backend with the request's context, so a client
+// that goes away stops a remote backend's wait.
+func (ru *rule) take(ctx context.Context, key string) (engine.Decision, error) {
+	if ru.eng != nil {
+		return ru.eng.AllowN(key, 1), nil
+	}
+	return ru.rl.AllowNContext(ctx, key, 1)
+}
+
+func (ru *rule) peek(ctx context.Context, key string) (engine.Decision, error) {
+	if ru.eng != nil {
+		return ru.eng.Peek(key), nil
+	}
+	return ru.rl.PeekContext(ctx, key)
+}
+
+// resetSeconds is the RateLimit t of one applied rule: the seconds until
+// its quota has room again (draft-11 allows a sliding window to report
+// the next partial reset).
+//
+//   - Refused: until the retry can pass, exact (it is also Retry-After).
+//   - Admitted, taking the last unit (r=0): one extra peek says when the
+//     next request can pass; exact for SlidingLog, as exact as the
+//     counter's own estimate for SlidingCounter.
+//   - Admitted with room left (r>0): the client may spend r now; t is the
+//     time until the key's window is empty, capped at the window w, so t
+//     never exceeds w (a 60 s window said t=61, a counter up to 2w).
+func (ru *rule) resetSeconds(ctx context.Context, a *applied) int64 {
+	d := &a.d
+	if !d.Allowed {
+		return max(ceilSeconds(d.RetryAfter), 1)
+	}
+	if d.Remaining > 0 || !a.taken {
+		return min(ceilSeconds(d.ResetAfter), ru.wSec)
+	}
+	p, err := ru.peek(ctx, a.nsKey)
+	if err != nil || p.Allowed {
+		// A remote backend failed, or the key was reset or freed since:
+		// fall back to the bound that needs no backend.
+		return min(ceilSeconds(d.ResetAfter), ru.wSec)
+	}
+	return max(ceilSeconds(p.RetryAfter), 1)
 }
 
 // Canonical (textproto) forms, so the hot path can assign to the header
@@ -435,7 +747,12 @@ const (
 	hdrXRemaining = "X-Ratelimit-Remaining"
 	hdrXReset     = "X-Ratelimit-Reset"
 	hdrRetryAfter = "Retry-After"
+	hdrExpose     = "Access-Control-Expose-Headers"
 )
+
+// exposeValue lets a browser script read the rate-limit headers of a
+// cross-origin response (they are not CORS-safelisted).
+const exposeValue = "RateLimit, RateLimit-Policy, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset"
 
 // ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
 func ceilSeconds(d time.Duration) int64 {
@@ -443,55 +760,6 @@ func ceilSeconds(d time.Duration) int64 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-// setHeaders writes the five rate-limit headers with two allocations: one
-// string holding every per-request value (sliced into the three values) and
-// one []string backing the five header value lists. Each list gets a
-// capacity-limited slice, so a later Header.Add on one copies instead of
-// overwriting its neighbour.
-func (ru *rule) setHeaders(h http.Header, d *engine.Decision) {
-	remaining := int64(max(d.Remaining, 0))
-	reset := ceilSeconds(d.ResetAfter)
-	// RateLimit's t is the window in which the client can use no more
-	// than r: when refused, until the retry can pass; otherwise until the
-	// window is empty (an upper bound for a sliding window, which frees
-	// quota gradually; the draft allows that).
-	t := reset
-	if !d.Allowed {
-		remaining = 0
-		t = max(ceilSeconds(d.RetryAfter), 1)
-	}
-	var buf [160]byte
-	b := append(buf[:0], ru.rlPrefix...)
-	b = strconv.AppendInt(b, remaining, 10)
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, t, 10)
-	endRL := len(b)
-	b = strconv.AppendInt(b, remaining, 10)
-	endRem := len(b)
-	b = strconv.AppendInt(b, reset, 10)
-	s := string(b)
-
-	vals := make([]string, 5)
-	vals[0] = ru.policy
-	vals[1] = s[:endRL]
-	vals[2] = ru.limitStr
-	vals[3] = s[endRL:endRem]
-	vals[4] = s[endRem:]
-	h[hdrPolicy] = vals[0:1:1]
-	h[hdrRateLimit] = vals[1:2:2]
-	h[hdrXLimit] = vals[2:3:3]
-	h[hdrXRemaining] = vals[3:4:4]
-	h[hdrXReset] = vals[4:5:5]
-}
-
-func defaultDeny(w http.ResponseWriter, _ *http.Request, _ Denial) {
-	h := w.Header()
-	h.Set("Content-Type", "text/plain; charset=utf-8")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write([]byte("429 too many requests\n"))
 }
 
 func defaultKeyError(w http.ResponseWriter, _ *http.Request, _ error) {

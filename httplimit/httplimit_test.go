@@ -97,18 +97,21 @@ func TestAllowedThenDeniedWithHeaders(t *testing.T) {
 
 	// The engine's window is the closed interval [t-W, t]: a request at
 	// exactly t0+60s still sees t0, so the window empties, and a retry
-	// passes, 60s+1ns after t0, which rounds up to 61 whole seconds.
-	for i, rem := range []string{"2", "1", "0"} {
+	// passes, 60s+1ns after t0, which rounds up to 61 whole seconds. With
+	// room left t is capped at w (issue 11 item 7: it said 61); the
+	// request that takes the last unit says exactly when the next can
+	// pass, which is Retry-After's 61.
+	for i, tc := range []struct{ rem, t string }{{"2", "60"}, {"1", "60"}, {"0", "61"}} {
 		r := get(t, srv.URL+"/x")
 		if r.status != 200 || r.body != "ok" {
 			t.Fatalf("request %d: status %d body %q, want 200 ok", i, r.status, r.body)
 		}
 		wantHeaders(t, r, map[string]string{
 			"RateLimit-Policy":      `"default";q=3;w=60`,
-			"RateLimit":             `"default";r=` + rem + `;t=61`,
+			"RateLimit":             `"default";r=` + tc.rem + `;t=` + tc.t,
 			"X-RateLimit-Limit":     "3",
-			"X-RateLimit-Remaining": rem,
-			"X-RateLimit-Reset":     "61",
+			"X-RateLimit-Remaining": tc.rem,
+			"X-RateLimit-Reset":     tc.t,
 		})
 		if r.header.Get("Retry-After") != "" {
 			t.Errorf("request %d: Retry-After on an allowed response", i)
@@ -120,8 +123,8 @@ func TestAllowedThenDeniedWithHeaders(t *testing.T) {
 	if r.status != http.StatusTooManyRequests {
 		t.Fatalf("4th request: status %d, want 429", r.status)
 	}
-	if !strings.Contains(r.body, "too many requests") {
-		t.Errorf("deny body %q", r.body)
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" || !strings.Contains(r.body, ProblemTypeQuotaExceeded) {
+		t.Errorf("deny: Content-Type %q body %q, want a quota-exceeded problem", ct, r.body)
 	}
 	// 30s+1ns left until the first request leaves the window: 31s.
 	wantHeaders(t, r, map[string]string{
@@ -169,8 +172,8 @@ func TestRetryAfterRoundsUpToAtLeastOne(t *testing.T) {
 	}
 	wantHeaders(t, r, map[string]string{
 		"Retry-After": "1",
-		// w is left out: 200ms is not a whole number of seconds.
-		"RateLimit-Policy": `"fast";q=1`,
+		// w is rounded up, never left out (issue 11 item 7).
+		"RateLimit-Policy": `"fast";q=1;w=1`,
 		"RateLimit":        `"fast";r=0;t=1`,
 	})
 }
@@ -306,10 +309,16 @@ func TestKeyErrorFailsOpenOrClosed(t *testing.T) {
 		r := get(t, srv.URL) // no X-API-Key
 		var want Stats
 		if failOpen {
-			want = Stats{KeyErrors: 1, FailedOpen: 1}
-			if r.status != 200 || r.header.Get("RateLimit") != "" {
-				t.Errorf("fail open: status %d RateLimit %q, want 200 and no headers", r.status, r.header.Get("RateLimit"))
+			// Issue 11 item 1: failing open keys the request by its IP
+			// instead of passing it unlimited.
+			want = Stats{KeyErrors: 1, Fallbacks: 1, Allowed: 1}
+			if r.status != 200 || r.header.Get("RateLimit") != `"k";r=0;t=61` {
+				t.Errorf("fail open: status %d RateLimit %q, want 200 keyed by IP", r.status, r.header.Get("RateLimit"))
 			}
+			if r := get(t, srv.URL); r.status != 429 {
+				t.Errorf("fail open, second keyless request: status %d, want 429 (same IP)", r.status)
+			}
+			want.Denied, want.KeyErrors, want.Fallbacks = 1, 2, 2
 		} else {
 			want = Stats{KeyErrors: 1, FailedClosed: 1}
 			if r.status != http.StatusBadRequest {
@@ -453,7 +462,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"duplicate name", Options{Rules: []Rule{{Name: "x", Engine: good}, {Name: "x", Engine: good}}}, `Rules[1].Name "x" is used`},
 		{"bad engine", Options{Rules: []Rule{{Name: "x", Engine: logConfig(0, time.Minute, clk)}}}, "Rules[0] (x).Engine: engine: Config.Limit must be > 0, got 0"},
 		{"limiter without limit", Options{Default: &Rule{Name: "x", Limiter: lim, Window: time.Second}}, "Default (x).Limit must be > 0"},
-		{"limiter without window", Options{Default: &Rule{Name: "x", Limiter: lim, Limit: 1}}, "Default (x).Window must be > 0"},
+		{"limiter without window", Options{Default: &Rule{Name: "x", Limiter: lim, Limit: 1}}, "Default (x).Window must be in (0, "},
 		{"limiter and engine", Options{Default: &Rule{Name: "x", Limiter: lim, Limit: 1, Window: time.Second, Engine: good}}, "sets both Limiter and Engine"},
 		{"tier without func", Options{Rules: []Rule{{Name: "x", Tier: "pro", Engine: good}}}, `Rules[0] (x).Tier is "pro" but Options.Tier is nil`},
 		{"default with matcher", Options{Default: &Rule{Name: "x", PathPrefix: "/a", Engine: good}}, "must not set Method, PathPrefix or Tier"},
@@ -485,8 +494,9 @@ func TestHeaderConstantsAreCanonical(t *testing.T) {
 
 func TestHeaderListsDoNotAlias(t *testing.T) {
 	// A handler that adds to one rate-limit header must not clobber
-	// another, though they share one backing array.
-	m, err := New(Options{Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
+	// another, though they share one backing array. UpstreamTheirs keeps
+	// what the handler added (and drops ours from that header only).
+	m, err := New(Options{Upstream: UpstreamTheirs, Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,10 +506,10 @@ func TestHeaderListsDoNotAlias(t *testing.T) {
 		w.Header().Add("RateLimit-Policy", `"upstream";q=9`)
 	})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	h := rec.Result().Header
-	if got := h.Values("RateLimit-Policy"); len(got) != 2 || got[0] != `"d";q=5;w=60` {
-		t.Errorf("RateLimit-Policy = %q", got)
+	if got := h.Values("RateLimit-Policy"); len(got) != 1 || got[0] != `"upstream";q=9` {
+		t.Errorf("RateLimit-Policy = %q, want the handler's alone", got)
 	}
-	if got := h.Get("RateLimit"); got != `"d";r=4;t=61` {
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"d";r=4;t=60` {
 		t.Errorf("RateLimit = %q after an Add to its neighbour", got)
 	}
 }
@@ -510,9 +520,9 @@ func TestSetHeadersAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ru.Close()
-	h := http.Header{}
-	d := engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}
-	allocs := testing.AllocsPerRun(100, func() { ru.def.setHeaders(h, &d) })
+	w := &headerWriter{h: http.Header{}}
+	as := []applied{{ru: ru.def, d: engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}, t: 30}}
+	allocs := testing.AllocsPerRun(100, func() { setHeaders(w.h, w, as, UpstreamOurs).restore() })
 	if allocs > 2 {
 		t.Errorf("setHeaders allocates %v times per call, want <= 2", allocs)
 	}
@@ -538,6 +548,7 @@ func TestAllowedPathAllocations(t *testing.T) {
 	// Swap in a backend that always admits, so the count covers the
 	// middleware over any number of runs.
 	m.def.rl = fixedLimiter{engine.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: time.Second}}
+	m.def.eng = nil
 	h := m.Handler(noopHandler)
 	req := httptest.NewRequest("GET", "/", nil)
 	req.RemoteAddr = "192.0.2.1:4711"

@@ -81,6 +81,14 @@ const (
 // the walk at the trusted hop that wrote it, whose address becomes the key:
 // such clients share that proxy's budget rather than choosing their own.
 func ClientIP(cfg IPConfig) (KeyFunc, error) {
+	k, err := newIPKeyer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return k.key, nil
+}
+
+func newIPKeyer(cfg IPConfig) (*ipKeyer, error) {
 	k := &ipKeyer{v4: cfg.IPv4Prefix, v6: cfg.IPv6Prefix}
 	if k.v4 == 0 {
 		k.v4 = 32
@@ -119,7 +127,20 @@ func ClientIP(cfg IPConfig) (KeyFunc, error) {
 	default:
 		return nil, fmt.Errorf("httplimit: IPConfig.Header %q is not one of X-Forwarded-For, Forwarded, X-Real-IP: %w", cfg.Header, ErrInvalidOptions)
 	}
-	return k.key, nil
+	return k, nil
+}
+
+// addr returns the client's unmasked address, found as key finds it.
+func (k *ipKeyer) addr(r *http.Request) (netip.Addr, bool) {
+	peer, raw, ok := parseHostPort(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	if len(k.trusted) == 0 || !k.isTrusted(peer) {
+		return peer, true
+	}
+	a, _ := k.walk(r, peer, raw)
+	return a, true
 }
 
 func (k *ipKeyer) isTrusted(a netip.Addr) bool {

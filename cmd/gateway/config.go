@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/redisstore"
 )
 
 // errConfig is wrapped by every configuration error.
@@ -22,9 +25,14 @@ var errConfig = errors.New("invalid gateway config")
 
 // fileConfig is the YAML file. Field names follow the blueprint in the
 // in-memory sliding-window design note (rate_limiting.sliding_window.*)
-// plus what the middleware needs.
+// plus what the middleware and the proxy need. Every integer field is an
+// int64 or int: checkScalars rejects a YAML float or string for it, naming
+// the field's path.
 type fileConfig struct {
 	RateLimiting rateLimiting `yaml:"rate_limiting"`
+	Proxy        proxyFile    `yaml:"proxy"`
+	Server       serverFile   `yaml:"server"`
+	Log          logFile      `yaml:"log"`
 }
 
 type rateLimiting struct {
@@ -40,8 +48,18 @@ type rateLimiting struct {
 	DryRun          bool          `yaml:"dry_run"`
 	FailOpen        bool          `yaml:"fail_open"`
 	TierHeader      string        `yaml:"tier_header"`
-	Rules           []ruleConfig  `yaml:"rules"`
-	Tiers           []tierConfig  `yaml:"tiers"`
+	// KeyBudget bounds the distinct unverified API keys one client IP may
+	// introduce per window; past it the IP's requests are keyed by the IP.
+	KeyBudget *keyBudgetFile `yaml:"key_budget"`
+	// Stack applies every matching rule (stacked limits) instead of the
+	// first; tiers and the default still apply only where they match.
+	Stack           bool         `yaml:"stack"`
+	Exempt          exemptFile   `yaml:"exempt"`
+	DenyBody        string       `yaml:"deny_body"`        // problem (application/problem+json, the default) or text
+	UpstreamHeaders string       `yaml:"upstream_headers"` // ours (the default) or theirs
+	Redis           *redisFile   `yaml:"redis"`
+	Rules           []ruleConfig `yaml:"rules"`
+	Tiers           []tierConfig `yaml:"tiers"`
 }
 
 // slidingWindow is the default policy and the engine settings every
@@ -63,6 +81,13 @@ type ruleConfig struct {
 	MaxRequests  *int   `yaml:"max_requests"`
 	Algorithm    string `yaml:"algorithm"`
 	Key          string `yaml:"key"`
+	// Backend is memory (the default: this process's engine), redis (every
+	// gateway sharing the Redis server shares the limit; one round trip
+	// per decision) or hybrid (leases of the shared limit, decided in
+	// memory; see redisstore.Hybrid for the error bound).
+	Backend        string `yaml:"backend"`
+	SyncIntervalMs int64  `yaml:"sync_interval_ms"` // hybrid only
+	MaxLease       int    `yaml:"max_lease"`        // hybrid only
 }
 
 type tierConfig struct {
@@ -71,6 +96,56 @@ type tierConfig struct {
 	WindowSizeMs *int64   `yaml:"window_size_ms"`
 	MaxRequests  *int     `yaml:"max_requests"`
 	Algorithm    string   `yaml:"algorithm"`
+}
+
+type keyBudgetFile struct {
+	NewKeys       int   `yaml:"new_keys"`  // new unverified keys per client IP per window, >= 1
+	WindowMs      int64 `yaml:"window_ms"` // 0: the default window (rate_limiting.sliding_window.window_size_ms)
+	MemoryLimitMB int64 `yaml:"memory_limit_mb"`
+}
+
+type exemptFile struct {
+	Paths   []string `yaml:"paths"`
+	CIDRs   []string `yaml:"cidrs"`
+	Methods []string `yaml:"methods"`
+}
+
+// redisFile is the Redis server rules with backend redis or hybrid use.
+type redisFile struct {
+	Address   string `yaml:"address"`
+	DB        int    `yaml:"db"`
+	Prefix    string `yaml:"prefix"`
+	TimeoutMs int64  `yaml:"timeout_ms"`
+	// OnFailure is what a decision gets when Redis does not answer in
+	// time: local (this gateway's share of the limit, in memory), open
+	// or closed.
+	OnFailure string `yaml:"on_failure"`
+	Nodes     int    `yaml:"nodes"`
+}
+
+// proxyFile is how the gateway talks to its upstream and what it accepts
+// from clients. Zero means the nginx-like default.
+type proxyFile struct {
+	DialTimeoutMs           int64 `yaml:"dial_timeout_ms"`            // proxy_connect_timeout, 60 s
+	ResponseHeaderTimeoutMs int64 `yaml:"response_header_timeout_ms"` // proxy_read_timeout for the header, 60 s
+	IdleConnTimeoutMs       int64 `yaml:"idle_conn_timeout_ms"`       // idle upstream connections, 90 s
+	MaxBodyBytes            int64 `yaml:"max_body_bytes"`             // client_max_body_size, 1 MiB; -1: no limit
+}
+
+// serverFile is the client-facing listener. Read at start only: a reload
+// that changes it is logged and applied at the next restart.
+type serverFile struct {
+	ReadHeaderTimeoutMs int64 `yaml:"read_header_timeout_ms"` // client_header_timeout, 60 s
+	IdleTimeoutMs       int64 `yaml:"idle_timeout_ms"`        // keepalive_timeout, 75 s
+}
+
+// logFile configures the structured log (log/slog, JSON on stderr).
+type logFile struct {
+	Access bool `yaml:"access"` // one line per request
+	// DenySample logs one denial in DenySample (0: the default 1, every
+	// denial; -1: none). Denials come in floods when a client misbehaves;
+	// sampling keeps the log useful and cheap.
+	DenySample int `yaml:"deny_sample"`
 }
 
 // maxMemoryLimitMB bounds memory_limit_mb so the byte count cannot
@@ -92,62 +167,257 @@ func fieldErr(field, format string, args ...any) error {
 	return fmt.Errorf("%s: "+format+": %w", append([]any{field}, append(args, errConfig)...)...)
 }
 
-// loadConfig reads, decodes and validates path into middleware options.
-func loadConfig(path string) (httplimit.Options, error) {
+// config is a validated configuration: the middleware options (the
+// rules still carry engine configs; build turns them into backends), one
+// backend spec per rule, and the proxy, server and log settings.
+type config struct {
+	opts     httplimit.Options
+	budget   *budgetSpec   // nil: no key budget
+	backends []backendSpec // opts.Rules order, then opts.Default
+	trusted  []netip.Prefix
+	proxy    proxyConfig
+	server   serverConfig
+	log      logConfig
+}
+
+// backendSpec says how to build one rule's backend and when an existing
+// one may be kept across a reload: fp covers everything that shapes the
+// rule's state (name, key source, algorithm, limit, window, engine and
+// Redis settings), so equal fingerprints mean the old state is still right.
+type backendSpec struct {
+	field string // YAML path of the rule, for errors
+	kind  string // memory, redis, hybrid
+	fp    string
+	redis *redisConfig
+	sync  time.Duration // hybrid
+	lease int           // hybrid
+}
+
+// budgetSpec is the key budget a configuration asks for. The key
+// functions reach the KeyBudget through ref, which build fills with the
+// current one or a new one; verified (the tier API keys) is read through
+// the resource so a kept KeyBudget sees the new tiers.
+type budgetSpec struct {
+	cfg      httplimit.KeyBudgetConfig // Verified is set by build
+	fp       string
+	ref      *budgetRef
+	verified map[string]string
+}
+
+type budgetRef struct{ kb *httplimit.KeyBudget }
+
+func (b *budgetRef) key(r *http.Request) (string, error) { return b.kb.Key(r) }
+
+type redisConfig struct {
+	addr      string
+	db        int
+	prefix    string
+	timeout   time.Duration
+	onFailure redisstore.FailPolicy
+	nodes     int
+}
+
+type proxyConfig struct {
+	dialTimeout, responseHeaderTimeout, idleConnTimeout time.Duration
+	maxBody                                             int64 // < 0: unlimited
+}
+
+type serverConfig struct{ readHeaderTimeout, idleTimeout time.Duration }
+
+type logConfig struct {
+	access     bool
+	denySample int // 0: no denial is logged
+}
+
+// nginx-like defaults.
+const (
+	defaultDialTimeout           = 60 * time.Second
+	defaultResponseHeaderTimeout = 60 * time.Second
+	defaultIdleConnTimeout       = 90 * time.Second
+	defaultMaxBody               = 1 << 20
+	defaultReadHeaderTimeout     = 60 * time.Second
+	defaultIdleTimeout           = 75 * time.Second
+)
+
+// maxMs bounds every *_ms field so that its time.Duration cannot overflow
+// and matches the engine's longest window.
+var maxMs = int64(engine.MaxWindow / time.Millisecond)
+
+// loadConfig reads, decodes and validates path.
+func loadConfig(path string) (*config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return httplimit.Options{}, fmt.Errorf("reading config: %w", err)
+		return nil, fmt.Errorf("reading config: %w", err)
 	}
-	opts, err := parseConfig(b)
+	c, err := parseConfig(b)
 	if err != nil {
-		return httplimit.Options{}, fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
-	return opts, nil
+	return c, nil
 }
 
 // parseConfig decodes one YAML document strictly: an unknown field is an
-// error naming it and its line.
-func parseConfig(b []byte) (httplimit.Options, error) {
+// error naming it and its line, a value of the wrong YAML type (2.9 for an
+// integer) an error naming its path.
+func parseConfig(b []byte) (*config, error) {
+	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("empty file: %w", errConfig)
+		}
+		return nil, fmt.Errorf("%w: %w", err, errConfig)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("more than one YAML document: %w", errConfig)
+	}
+	if err := checkScalars(&root, reflect.TypeFor[fileConfig](), ""); err != nil {
+		return nil, err
+	}
+	dec = yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	var fc fileConfig
 	if err := dec.Decode(&fc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return httplimit.Options{}, fmt.Errorf("empty file: %w", errConfig)
-		}
-		return httplimit.Options{}, fmt.Errorf("%w: %w", err, errConfig)
+		return nil, fmt.Errorf("%w: %w", err, errConfig)
 	}
-	var extra any
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return httplimit.Options{}, fmt.Errorf("more than one YAML document: %w", errConfig)
+	c := &config{}
+	var err error
+	if c.proxy, err = fc.Proxy.config(); err != nil {
+		return nil, err
 	}
-	return fc.RateLimiting.options()
+	if c.server, err = fc.Server.config(); err != nil {
+		return nil, err
+	}
+	if c.log, err = fc.Log.config(); err != nil {
+		return nil, err
+	}
+	if err := fc.RateLimiting.fill(c); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
-func (rl *rateLimiting) options() (httplimit.Options, error) {
+// msField converts a *_ms field: 0 gives def, otherwise 1..maxMs.
+func msField(field string, v int64, def time.Duration) (time.Duration, error) {
+	if v == 0 {
+		return def, nil
+	}
+	if v < 0 || v > maxMs {
+		return 0, fieldErr(field, "must be in [1, %d] ms (0: the default %v), got %d", maxMs, def, v)
+	}
+	return time.Duration(v) * time.Millisecond, nil
+}
+
+func (p proxyFile) config() (proxyConfig, error) {
+	var c proxyConfig
+	var err error
+	if c.dialTimeout, err = msField("proxy.dial_timeout_ms", p.DialTimeoutMs, defaultDialTimeout); err != nil {
+		return c, err
+	}
+	if c.responseHeaderTimeout, err = msField("proxy.response_header_timeout_ms", p.ResponseHeaderTimeoutMs, defaultResponseHeaderTimeout); err != nil {
+		return c, err
+	}
+	if c.idleConnTimeout, err = msField("proxy.idle_conn_timeout_ms", p.IdleConnTimeoutMs, defaultIdleConnTimeout); err != nil {
+		return c, err
+	}
+	switch {
+	case p.MaxBodyBytes == 0:
+		c.maxBody = defaultMaxBody
+	case p.MaxBodyBytes == -1:
+		c.maxBody = -1
+	case p.MaxBodyBytes < 0:
+		return c, fieldErr("proxy.max_body_bytes", "must be > 0, or -1 for no limit (0: the default %d), got %d", defaultMaxBody, p.MaxBodyBytes)
+	default:
+		c.maxBody = p.MaxBodyBytes
+	}
+	return c, nil
+}
+
+func (s serverFile) config() (serverConfig, error) {
+	var c serverConfig
+	var err error
+	if c.readHeaderTimeout, err = msField("server.read_header_timeout_ms", s.ReadHeaderTimeoutMs, defaultReadHeaderTimeout); err != nil {
+		return c, err
+	}
+	if c.idleTimeout, err = msField("server.idle_timeout_ms", s.IdleTimeoutMs, defaultIdleTimeout); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func (l logFile) config() (logConfig, error) {
+	c := logConfig{access: l.Access}
+	switch {
+	case l.DenySample == 0:
+		c.denySample = 1
+	case l.DenySample == -1:
+		c.denySample = 0
+	case l.DenySample < 0:
+		return c, fieldErr("log.deny_sample", "must be >= 1 (log one denial in N), or -1 for none (0: every denial), got %d", l.DenySample)
+	default:
+		c.denySample = l.DenySample
+	}
+	return c, nil
+}
+
+var failPolicies = map[string]redisstore.FailPolicy{
+	"": redisstore.FailLocal, "local": redisstore.FailLocal, "open": redisstore.FailOpen, "closed": redisstore.FailClosed,
+}
+
+func (r *redisFile) config() (*redisConfig, error) {
+	const p = "rate_limiting.redis"
+	if r == nil {
+		return nil, nil
+	}
+	c := &redisConfig{addr: r.Address, db: r.DB, prefix: r.Prefix, nodes: r.Nodes}
+	if _, port, err := net.SplitHostPort(r.Address); err != nil || port == "" {
+		return nil, fieldErr(p+".address", "%q is not host:port", r.Address)
+	}
+	if r.DB < 0 || r.DB > 15 {
+		return nil, fieldErr(p+".db", "must be in [0, 15], got %d", r.DB)
+	}
+	if strings.ContainsAny(r.Prefix, "{}") {
+		return nil, fieldErr(p+".prefix", "%q must not contain '{' or '}' (they delimit the cluster hash tag)", r.Prefix)
+	}
+	var err error
+	if c.timeout, err = msField(p+".timeout_ms", r.TimeoutMs, redisstore.DefaultTimeout); err != nil {
+		return nil, err
+	}
+	var ok bool
+	if c.onFailure, ok = failPolicies[r.OnFailure]; !ok {
+		return nil, fieldErr(p+".on_failure", "%q is not one of local, open, closed", r.OnFailure)
+	}
+	if r.Nodes < 0 {
+		return nil, fieldErr(p+".nodes", "must be >= 1 (0: 1), got %d", r.Nodes)
+	}
+	return c, nil
+}
+
+func (rl *rateLimiting) fill(c *config) error {
 	const p = "rate_limiting"
 	sw := rl.SlidingWindow
 	const swp = p + ".sliding_window"
-	if sw.WindowSizeMs <= 0 {
-		return httplimit.Options{}, fieldErr(swp+".window_size_ms", "must be > 0, got %d", sw.WindowSizeMs)
+	if sw.WindowSizeMs <= 0 || sw.WindowSizeMs > maxMs {
+		return fieldErr(swp+".window_size_ms", "must be in [1, %d] (%v), got %d", maxMs, engine.MaxWindow, sw.WindowSizeMs)
 	}
 	if sw.MaxRequests <= 0 {
-		return httplimit.Options{}, fieldErr(swp+".max_requests", "must be > 0, got %d", sw.MaxRequests)
+		return fieldErr(swp+".max_requests", "must be > 0, got %d", sw.MaxRequests)
 	}
-	if sw.CleanupIntervalMs < 0 {
-		return httplimit.Options{}, fieldErr(swp+".cleanup_interval_ms", "must be >= 0 (0: the engine default %v), got %d", engine.DefaultSweepInterval, sw.CleanupIntervalMs)
+	if sw.CleanupIntervalMs < 0 || sw.CleanupIntervalMs > maxMs {
+		return fieldErr(swp+".cleanup_interval_ms", "must be in [0, %d] (0: the engine default %v), got %d", maxMs, engine.DefaultSweepInterval, sw.CleanupIntervalMs)
 	}
 	if sw.MemoryLimitMB < 0 || sw.MemoryLimitMB > maxMemoryLimitMB {
-		return httplimit.Options{}, fieldErr(swp+".memory_limit_mb", "must be in [0, %d] (0: the engine default %d MB), got %d", maxMemoryLimitMB, engine.DefaultMaxMemory>>20, sw.MemoryLimitMB)
+		return fieldErr(swp+".memory_limit_mb", "must be in [0, %d] (0: the engine default %d MB), got %d", maxMemoryLimitMB, engine.DefaultMaxMemory>>20, sw.MemoryLimitMB)
 	}
 	overflow, ok := evictionPolicies[sw.EvictionPolicy]
 	if !ok {
-		return httplimit.Options{}, fieldErr(swp+".eviction_policy",
+		return fieldErr(swp+".eviction_policy",
 			"%q is not supported: the engine never evicts a key that holds requests in its window (no LRU); it reclaims idle keys and then gives new keys idle-allow (admitted untracked) or idle-deny (refused)", sw.EvictionPolicy)
 	}
 	alg, err := parseAlgorithm(p+".algorithm", rl.Algorithm, engine.SlidingCounter)
 	if err != nil {
-		return httplimit.Options{}, err
+		return err
 	}
 	base := engine.Config{
 		Penalty:       rl.Penalty,
@@ -160,37 +430,107 @@ func (rl *rateLimiting) options() (httplimit.Options, error) {
 	for i, s := range rl.TrustedProxies {
 		pfx, err := parsePrefix(s)
 		if err != nil {
-			return httplimit.Options{}, fieldErr(fmt.Sprintf("%s.trusted_proxies[%d]", p, i), "%q is not an IP address or CIDR prefix", s)
+			return fieldErr(fmt.Sprintf("%s.trusted_proxies[%d]", p, i), "%q is not an IP address or CIDR prefix", s)
 		}
 		trusted = append(trusted, pfx)
 	}
 	if rl.IPv4Prefix < 0 || rl.IPv4Prefix > 32 {
-		return httplimit.Options{}, fieldErr(p+".ipv4_prefix", "must be in [1, 32] (0: 32), got %d", rl.IPv4Prefix)
+		return fieldErr(p+".ipv4_prefix", "must be in [1, 32] (0: 32), got %d", rl.IPv4Prefix)
 	}
 	if rl.IPv6Prefix < 0 || rl.IPv6Prefix > 128 {
-		return httplimit.Options{}, fieldErr(p+".ipv6_prefix", "must be in [1, 128] (0: 64), got %d", rl.IPv6Prefix)
+		return fieldErr(p+".ipv6_prefix", "must be in [1, 128] (0: 64), got %d", rl.IPv6Prefix)
 	}
 	ipKey, err := httplimit.ClientIP(httplimit.IPConfig{
 		TrustedProxies: trusted, Header: rl.ForwardedHeader,
 		IPv4Prefix: rl.IPv4Prefix, IPv6Prefix: rl.IPv6Prefix,
 	})
 	if err != nil {
-		return httplimit.Options{}, fieldErr(p+".forwarded_header", "%q is not one of X-Forwarded-For, Forwarded, X-Real-IP", rl.ForwardedHeader)
+		return fieldErr(p+".forwarded_header", "%q is not one of X-Forwarded-For, Forwarded, X-Real-IP", rl.ForwardedHeader)
 	}
 	keyHeader := rl.KeyHeader
 	if keyHeader == "" {
 		keyHeader = "X-API-Key"
 	}
 	if !validHeaderName(keyHeader) {
-		return httplimit.Options{}, fieldErr(p+".key_header", "%q is not a valid header name", keyHeader)
+		return fieldErr(p+".key_header", "%q is not a valid header name", keyHeader)
 	}
-	keys := keyFuncs{ip: ipKey, header: httplimit.Header(keyHeader)}
+	keys := keyFuncs{ip: ipKey, header: httplimit.Header(keyHeader),
+		// Everything that shapes the keys a key source returns; a rule
+		// whose keys change on reload starts from empty state.
+		spec: fmt.Sprintf("trusted=%v forwarded=%q v4=%d v6=%d header=%q", trusted, rl.ForwardedHeader, rl.IPv4Prefix, rl.IPv6Prefix, http.CanonicalHeaderKey(keyHeader)),
+	}
+	c.trusted = trusted
+	if kb := rl.KeyBudget; kb != nil {
+		const f = p + ".key_budget"
+		if kb.NewKeys < 1 {
+			return fieldErr(f+".new_keys", "must be >= 1, got %d", kb.NewKeys)
+		}
+		win, err := msField(f+".window_ms", kb.WindowMs, time.Duration(sw.WindowSizeMs)*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		if kb.MemoryLimitMB < 0 || kb.MemoryLimitMB > maxMemoryLimitMB {
+			return fieldErr(f+".memory_limit_mb", "must be in [0, %d] (0: 16 MB), got %d", maxMemoryLimitMB, kb.MemoryLimitMB)
+		}
+		c.budget = &budgetSpec{
+			cfg: httplimit.KeyBudgetConfig{Key: keys.header, IP: ipKey, NewKeys: kb.NewKeys, Window: win, MaxMemory: kb.MemoryLimitMB << 20},
+			ref: &budgetRef{},
+		}
+		c.budget.fp = fmt.Sprintf("key-budget %s new=%d window=%v mem=%d", keys.spec, kb.NewKeys, win, kb.MemoryLimitMB)
+		keys.budget = c.budget.ref
+		keys.spec += " budget=" + c.budget.fp
+	}
+	redisCfg, err := rl.Redis.config()
+	if err != nil {
+		return err
+	}
 	defKey, err := keys.parse(p+".key", rl.Key)
 	if err != nil {
-		return httplimit.Options{}, err
+		return err
 	}
 
-	opts := httplimit.Options{Key: defKey, DryRun: rl.DryRun, FailOpen: rl.FailOpen}
+	opts := httplimit.Options{Key: defKey, DryRun: rl.DryRun, FailOpen: rl.FailOpen, FallbackKey: ipKey, MatchAll: rl.Stack}
+	switch rl.DenyBody {
+	case "", "problem":
+		opts.OnDeny = httplimit.DenyProblem
+	case "text":
+		opts.OnDeny = httplimit.DenyText
+	default:
+		return fieldErr(p+".deny_body", "%q is not one of problem, text", rl.DenyBody)
+	}
+	switch rl.UpstreamHeaders {
+	case "", "ours":
+		opts.Upstream = httplimit.UpstreamOurs
+	case "theirs":
+		opts.Upstream = httplimit.UpstreamTheirs
+	default:
+		return fieldErr(p+".upstream_headers", "%q is not one of ours, theirs", rl.UpstreamHeaders)
+	}
+	ex := &opts.Exempt
+	ex.IP = httplimit.IPConfig{TrustedProxies: trusted, Header: rl.ForwardedHeader}
+	for i, path := range rl.Exempt.Paths {
+		if !strings.HasPrefix(path, "/") {
+			return fieldErr(fmt.Sprintf("%s.exempt.paths[%d]", p, i), "%q must start with /", path)
+		}
+		ex.Paths = append(ex.Paths, path)
+	}
+	for i, s := range rl.Exempt.CIDRs {
+		pfx, err := parsePrefix(s)
+		if err != nil {
+			return fieldErr(fmt.Sprintf("%s.exempt.cidrs[%d]", p, i), "%q is not an IP address or CIDR prefix", s)
+		}
+		ex.CIDRs = append(ex.CIDRs, pfx)
+	}
+	for i, m := range rl.Exempt.Methods {
+		if !validToken(strings.ToUpper(m)) {
+			return fieldErr(fmt.Sprintf("%s.exempt.methods[%d]", p, i), "%q is not an HTTP method", m)
+		}
+		ex.Methods = append(ex.Methods, strings.ToUpper(m))
+	}
+	defKeyName := rl.Key
+	memory := func(field, name, keyName string, ec engine.Config) backendSpec {
+		return backendSpec{field: field, kind: "memory", fp: fmt.Sprintf("memory name=%q key=%q %s engine=%+v", name, keyName, keys.spec, ec)}
+	}
 	names := map[string]string{}
 	claim := func(field, name string) error {
 		if prev, ok := names[name]; ok {
@@ -210,8 +550,8 @@ func (rl *rateLimiting) options() (httplimit.Options, error) {
 			c.Algorithm = a
 		}
 		if win != nil {
-			if *win <= 0 {
-				return c, fieldErr(field+".window_size_ms", "must be > 0, got %d", *win)
+			if *win <= 0 || *win > maxMs {
+				return c, fieldErr(field+".window_size_ms", "must be in [1, %d] (%v), got %d", maxMs, engine.MaxWindow, *win)
 			}
 			c.Window = time.Duration(*win) * time.Millisecond
 		}
@@ -237,28 +577,38 @@ func (rl *rateLimiting) options() (httplimit.Options, error) {
 	for i, rc := range rl.Rules {
 		f := fmt.Sprintf("%s.rules[%d]", p, i)
 		if !validName(rc.Name) {
-			return httplimit.Options{}, fieldErr(f+".name", "%q must be 1 to 64 characters of [A-Za-z0-9_.-]", rc.Name)
+			return fieldErr(f+".name", "%q must be 1 to 64 characters of [A-Za-z0-9_.-]", rc.Name)
 		}
 		if err := claim(f+".name", rc.Name); err != nil {
-			return httplimit.Options{}, err
+			return err
 		}
 		if rc.PathPrefix != "" && !strings.HasPrefix(rc.PathPrefix, "/") {
-			return httplimit.Options{}, fieldErr(f+".path_prefix", "%q must start with /", rc.PathPrefix)
+			return fieldErr(f+".path_prefix", "%q must start with /", rc.PathPrefix)
 		}
 		method := strings.ToUpper(rc.Method)
 		if rc.Method != "" && !validToken(method) {
-			return httplimit.Options{}, fieldErr(f+".method", "%q is not an HTTP method", rc.Method)
+			return fieldErr(f+".method", "%q is not an HTTP method", rc.Method)
 		}
 		ec, err := engineFor(f, rc.WindowSizeMs, rc.MaxRequests, rc.Algorithm)
 		if err != nil {
-			return httplimit.Options{}, err
+			return err
 		}
 		var key httplimit.KeyFunc
+		keyName := defKeyName
 		if rc.Key != "" {
 			if key, err = keys.parse(f+".key", rc.Key); err != nil {
-				return httplimit.Options{}, err
+				return err
 			}
+			keyName = rc.Key
 		}
+		bs, err := ruleBackend(f, rc, keyName, keys.spec, ec, redisCfg)
+		if err != nil {
+			return err
+		}
+		if bs.kind == "memory" {
+			bs = memory(f, rc.Name, keyName, ec)
+		}
+		c.backends = append(c.backends, bs)
 		opts.Rules = append(opts.Rules, httplimit.Rule{
 			Name: rc.Name, Method: method, PathPrefix: rc.PathPrefix, Tier: rc.Tier, Engine: ec, Key: key,
 		})
@@ -269,37 +619,42 @@ func (rl *rateLimiting) options() (httplimit.Options, error) {
 	for i, tc := range rl.Tiers {
 		f := fmt.Sprintf("%s.tiers[%d]", p, i)
 		if !validName(tc.Name) {
-			return httplimit.Options{}, fieldErr(f+".name", "%q must be 1 to 64 characters of [A-Za-z0-9_.-]", tc.Name)
+			return fieldErr(f+".name", "%q must be 1 to 64 characters of [A-Za-z0-9_.-]", tc.Name)
 		}
 		if err := claim(f+".name", tc.Name); err != nil {
-			return httplimit.Options{}, err
+			return err
 		}
 		if len(tc.APIKeys) == 0 {
-			return httplimit.Options{}, fieldErr(f+".api_keys", "must list at least one API key")
+			return fieldErr(f+".api_keys", "must list at least one API key")
 		}
 		for j, k := range tc.APIKeys {
 			if k == "" {
-				return httplimit.Options{}, fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "must not be empty")
+				return fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "must not be empty")
 			}
 			if prev, ok := tierOf[k]; ok {
-				return httplimit.Options{}, fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "key already belongs to tier %q", prev)
+				return fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "key already belongs to tier %q", prev)
 			}
 			tierOf[k] = tc.Name
 		}
 		ec, err := engineFor(f, tc.WindowSizeMs, tc.MaxRequests, tc.Algorithm)
 		if err != nil {
-			return httplimit.Options{}, err
+			return err
 		}
 		tiers[tc.Name] = true
 		// A tier is a rule that matches its tier on every route, tried
 		// after the route rules: route limits (a login rule) bind every
 		// tier, tier limits replace the default.
 		opts.Rules = append(opts.Rules, httplimit.Rule{Name: tc.Name, Tier: tc.Name, Engine: ec})
+		c.backends = append(c.backends, memory(f, tc.Name, defKeyName, ec))
 	}
 	for i, rc := range rl.Rules {
 		if rc.Tier != "" && !tiers[rc.Tier] {
-			return httplimit.Options{}, fieldErr(fmt.Sprintf("%s.rules[%d].tier", p, i), "%q is not defined in rate_limiting.tiers", rc.Tier)
+			return fieldErr(fmt.Sprintf("%s.rules[%d].tier", p, i), "%q is not defined in rate_limiting.tiers", rc.Tier)
 		}
+	}
+	if c.budget != nil {
+		// Tier API keys are known good: never charged to a budget.
+		c.budget.verified = tierOf
 	}
 	if len(tierOf) > 0 {
 		tierHeader := rl.TierHeader
@@ -307,7 +662,7 @@ func (rl *rateLimiting) options() (httplimit.Options, error) {
 			tierHeader = keyHeader
 		}
 		if !validHeaderName(tierHeader) {
-			return httplimit.Options{}, fieldErr(p+".tier_header", "%q is not a valid header name", tierHeader)
+			return fieldErr(p+".tier_header", "%q is not a valid header name", tierHeader)
 		}
 		ck := http.CanonicalHeaderKey(tierHeader)
 		opts.Tier = func(r *http.Request) string {
@@ -317,32 +672,92 @@ func (rl *rateLimiting) options() (httplimit.Options, error) {
 			return ""
 		}
 	} else if rl.TierHeader != "" {
-		return httplimit.Options{}, fieldErr(p+".tier_header", "is set but rate_limiting.tiers is empty")
+		return fieldErr(p+".tier_header", "is set but rate_limiting.tiers is empty")
 	}
 
 	def, err := engineFor(swp, nil, nil, "")
 	if err != nil {
-		return httplimit.Options{}, err
+		return err
 	}
 	if err := claim(swp, "default"); err != nil {
-		return httplimit.Options{}, err
+		return err
 	}
 	opts.Default = &httplimit.Rule{Name: "default", Engine: def}
-	return opts, nil
+	c.backends = append(c.backends, memory(swp, "default", defKeyName, def))
+	c.opts = opts
+	return nil
 }
 
-type keyFuncs struct{ ip, header httplimit.KeyFunc }
+// ruleBackend validates a rule's backend fields.
+func ruleBackend(f string, rc ruleConfig, keyName, keySpec string, ec engine.Config, redisCfg *redisConfig) (backendSpec, error) {
+	bs := backendSpec{field: f, kind: rc.Backend}
+	switch rc.Backend {
+	case "", "memory":
+		bs.kind = "memory"
+		if rc.SyncIntervalMs != 0 || rc.MaxLease != 0 {
+			return bs, fieldErr(f+".backend", "sync_interval_ms and max_lease need backend: hybrid")
+		}
+		return bs, nil
+	case "redis", "hybrid":
+	default:
+		return bs, fieldErr(f+".backend", "%q is not one of memory, redis, hybrid", rc.Backend)
+	}
+	if redisCfg == nil {
+		return bs, fieldErr(f+".backend", "%s needs rate_limiting.redis.address", rc.Backend)
+	}
+	if ec.Window%time.Microsecond != 0 {
+		return bs, fieldErr(f+".window_size_ms", "must be a whole number of microseconds for Redis")
+	}
+	bs.redis = redisCfg
+	if rc.Backend == "redis" {
+		if rc.SyncIntervalMs != 0 || rc.MaxLease != 0 {
+			return bs, fieldErr(f+".backend", "sync_interval_ms and max_lease need backend: hybrid")
+		}
+	} else {
+		var err error
+		if bs.sync, err = msField(f+".sync_interval_ms", rc.SyncIntervalMs, redisstore.DefaultSyncInterval); err != nil {
+			return bs, err
+		}
+		if 2*bs.sync >= ec.Window {
+			return bs, fieldErr(f+".sync_interval_ms", "%v must be less than half the window %v", bs.sync, ec.Window)
+		}
+		if rc.MaxLease < 0 || rc.MaxLease > ec.Limit {
+			return bs, fieldErr(f+".max_lease", "must be in [0, max_requests=%d] (0: automatic), got %d", ec.Limit, rc.MaxLease)
+		}
+		bs.lease = rc.MaxLease
+	}
+	bs.fp = fmt.Sprintf("%s name=%q key=%q %s alg=%v limit=%d window=%v penalty=%v redis=%+v sync=%v lease=%d",
+		bs.kind, rc.Name, keyName, keySpec, ec.Algorithm, ec.Limit, ec.Window, ec.Penalty, *redisCfg, bs.sync, bs.lease)
+	return bs, nil
+}
 
+type keyFuncs struct {
+	ip, header httplimit.KeyFunc
+	budget     *budgetRef
+	spec       string
+}
+
+// parse returns the key source s names. With a key budget every
+// header-keyed source goes through it: the header's key while the
+// client's IP is within its budget of new keys, else the IP.
 func (k keyFuncs) parse(field, s string) (httplimit.KeyFunc, error) {
 	switch s {
 	case "", "ip":
 		return k.ip, nil
 	case "header":
+		if k.budget != nil {
+			return k.budget.key, nil
+		}
 		return k.header, nil
+	case "header_or_ip":
+		if k.budget != nil {
+			return k.budget.key, nil
+		}
+		return httplimit.NewKeyChain(k.header, k.ip)
 	case "route_ip":
 		return httplimit.RouteIP(k.ip), nil
 	}
-	return nil, fieldErr(field, "%q is not one of ip, header, route_ip", s)
+	return nil, fieldErr(field, "%q is not one of ip, header, header_or_ip, route_ip", s)
 }
 
 func parseAlgorithm(field, s string, def engine.Algorithm) (engine.Algorithm, error) {

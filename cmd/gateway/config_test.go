@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +19,11 @@ rate_limiting:
 `
 
 func TestExampleConfigLoads(t *testing.T) {
-	opts, err := loadConfig("gateway.example.yaml")
+	c, err := loadConfig("gateway.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts := c.opts
 	if len(opts.Rules) != 2 || opts.Rules[0].Name != "login" || opts.Rules[1].Name != "pro" || opts.Default == nil {
 		t.Fatalf("rules %+v default %+v", opts.Rules, opts.Default)
 	}
@@ -52,16 +55,16 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"typo in rule", minimal + "  rules:\n    - name: a\n      path_prefx: /a\n", "field path_prefx not found"},
 		{"empty file", "", "empty file"},
 		{"two documents", minimal + "---\n" + minimal, "more than one YAML document"},
-		{"wrong type", strings.Replace(minimal, "max_requests: 10", "max_requests: ten", 1), "cannot unmarshal"},
+		{"wrong type", strings.Replace(minimal, "max_requests: 10", "max_requests: ten", 1), `rate_limiting.sliding_window.max_requests: must be an integer, got str "ten" (line 5)`},
 		{"limit 0", strings.Replace(minimal, "max_requests: 10", "max_requests: 0", 1), "rate_limiting.sliding_window.max_requests: must be > 0, got 0"},
 		{"limit missing", "rate_limiting:\n  sliding_window:\n    window_size_ms: 1000\n", "rate_limiting.sliding_window.max_requests: must be > 0, got 0"},
-		{"negative window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: -5", 1), "rate_limiting.sliding_window.window_size_ms: must be > 0, got -5"},
-		{"negative cleanup", minimal + "    cleanup_interval_ms: -1\n", "rate_limiting.sliding_window.cleanup_interval_ms: must be >= 0"},
+		{"negative window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: -5", 1), "rate_limiting.sliding_window.window_size_ms: must be in [1, 31622400000] (8784h0m0s), got -5"},
+		{"negative cleanup", minimal + "    cleanup_interval_ms: -1\n", "rate_limiting.sliding_window.cleanup_interval_ms: must be in [0, 31622400000]"},
 		{"negative memory", minimal + "    memory_limit_mb: -1\n", "rate_limiting.sliding_window.memory_limit_mb: must be in [0, 1048576]"},
 		{"lru eviction", minimal + "    eviction_policy: lru\n", `rate_limiting.sliding_window.eviction_policy: "lru" is not supported`},
 		{"unknown algorithm", minimal + "  algorithm: token_bucket\n", `rate_limiting.algorithm: "token_bucket" is not one of`},
 		{"log limit too big", strings.Replace(minimal, "max_requests: 10", "max_requests: 70000", 1) + "  algorithm: log\n", "rate_limiting.sliding_window.max_requests: 70000 exceeds the log algorithm's maximum 65535"},
-		{"unknown key", minimal + "  key: cookie\n", `rate_limiting.key: "cookie" is not one of ip, header, route_ip`},
+		{"unknown key", minimal + "  key: cookie\n", `rate_limiting.key: "cookie" is not one of ip, header, header_or_ip, route_ip`},
 		{"bad key header", minimal + "  key_header: \"X API\"\n", `rate_limiting.key_header: "X API" is not a valid header name`},
 		{"bad CIDR", minimal + "  trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]\n", `rate_limiting.trusted_proxies[1]: "10.0.0.0/33" is not an IP address or CIDR prefix`},
 		{"bad forwarded header", minimal + "  forwarded_header: X-Client-IP\n", `rate_limiting.forwarded_header: "X-Client-IP"`},
@@ -74,7 +77,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"relative prefix", minimal + "  rules:\n    - name: a\n      path_prefix: api\n", `rate_limiting.rules[0].path_prefix: "api" must start with /`},
 		{"bad method", minimal + "  rules:\n    - name: a\n      method: \"GE T\"\n", `rate_limiting.rules[0].method: "GE T" is not an HTTP method`},
 		{"rule limit 0", minimal + "  rules:\n    - name: a\n      max_requests: 0\n", "rate_limiting.rules[0].max_requests: must be > 0, got 0"},
-		{"rule negative window", minimal + "  rules:\n    - name: a\n      window_size_ms: -1\n", "rate_limiting.rules[0].window_size_ms: must be > 0, got -1"},
+		{"rule negative window", minimal + "  rules:\n    - name: a\n      window_size_ms: -1\n", "rate_limiting.rules[0].window_size_ms: must be in [1, 31622400000] (8784h0m0s), got -1"},
 		{"rule algorithm", minimal + "  rules:\n    - name: a\n      algorithm: fixed\n", `rate_limiting.rules[0].algorithm: "fixed" is not one of`},
 		{"rule key", minimal + "  rules:\n    - name: a\n      key: jwt\n", `rate_limiting.rules[0].key: "jwt" is not one of`},
 		{"rule undefined tier", minimal + "  rules:\n    - name: a\n      tier: gold\n", `rate_limiting.rules[0].tier: "gold" is not defined`},
@@ -83,6 +86,35 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"key in two tiers", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n    - name: gold\n      api_keys: [k]\n", `rate_limiting.tiers[1].api_keys[0]: key already belongs to tier "pro"`},
 		{"tier limit 0", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n      max_requests: 0\n", "rate_limiting.tiers[0].max_requests: must be > 0, got 0"},
 		{"tier name clash", minimal + "  rules:\n    - name: pro\n  tiers:\n    - name: pro\n      api_keys: [k]\n", `rate_limiting.tiers[0].name: "pro" is already the name of rate_limiting.rules[0].name`},
+		// Issue 11 item 6: no silent truncation, every error names the YAML path.
+		{"fractional limit", strings.Replace(minimal, "max_requests: 10", "max_requests: 2.9", 1), `rate_limiting.sliding_window.max_requests: must be an integer, got float "2.9" (line 5)`},
+		{"fractional window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 2500.9", 1), `rate_limiting.sliding_window.window_size_ms: must be an integer, got float "2500.9" (line 4)`},
+		{"exponent window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 1e3", 1), `rate_limiting.sliding_window.window_size_ms: must be an integer, got float "1e3"`},
+		{"quoted limit", strings.Replace(minimal, "max_requests: 10", `max_requests: "10"`, 1), `rate_limiting.sliding_window.max_requests: must be an integer, got str "10"`},
+		{"fractional rule limit", minimal + "  rules:\n    - name: a\n      max_requests: 1.5\n", `rate_limiting.rules[0].max_requests: must be an integer, got float "1.5"`},
+		{"fractional tier window", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n      window_size_ms: 0.5\n", `rate_limiting.tiers[0].window_size_ms: must be an integer`},
+		{"int overflow", strings.Replace(minimal, "max_requests: 10", "max_requests: 99999999999999999999", 1), "rate_limiting.sliding_window.max_requests: 99999999999999999999 does not fit a 64-bit integer"},
+		{"limit over int32", strings.Replace(minimal, "max_requests: 10", "max_requests: 4294967296", 1), "rate_limiting.sliding_window.max_requests: 4294967296 is out of range"},
+		{"overflowing window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 9223372036854775807", 1), "rate_limiting.sliding_window.window_size_ms: must be in [1, 31622400000]"},
+		{"overflowing rule window", minimal + "  rules:\n    - name: a\n      window_size_ms: 31622400001\n", "rate_limiting.rules[0].window_size_ms: must be in [1, 31622400000]"},
+		{"bool as string", minimal + "  dry_run: \"yes\"\n", `rate_limiting.dry_run: must be true or false, got str "yes"`},
+		{"list for scalar", minimal + "  key: [ip]\n", "rate_limiting.key: must be a string, got a list"},
+		{"scalar for list", minimal + "  trusted_proxies: 10.0.0.0/8\n", "rate_limiting.trusted_proxies: must be a list"},
+		{"alias", minimal + "  rules:\n    - &r\n      name: a\n    - *r\n", "rate_limiting.rules[1]: YAML aliases are not supported"},
+		{"proxy dial", minimal + "proxy:\n  dial_timeout_ms: -1\n", "proxy.dial_timeout_ms: must be in [1, 31622400000] ms (0: the default 1m0s), got -1"},
+		{"proxy header timeout", minimal + "proxy:\n  response_header_timeout_ms: 1.5\n", "proxy.response_header_timeout_ms: must be an integer"},
+		{"proxy body", minimal + "proxy:\n  max_body_bytes: -2\n", "proxy.max_body_bytes: must be > 0, or -1 for no limit"},
+		{"proxy unknown", minimal + "proxy:\n  read_timeout: 5\n", "field read_timeout not found"},
+		{"server idle", minimal + "server:\n  idle_timeout_ms: -3\n", "server.idle_timeout_ms: must be in [1, 31622400000]"},
+		{"log sample", minimal + "log:\n  deny_sample: -2\n", "log.deny_sample: must be >= 1"},
+		{"redis backend without redis", minimal + "  rules:\n    - name: a\n      backend: redis\n", "rate_limiting.rules[0].backend: redis needs rate_limiting.redis.address"},
+		{"unknown backend", minimal + "  rules:\n    - name: a\n      backend: etcd\n", `rate_limiting.rules[0].backend: "etcd" is not one of memory, redis, hybrid`},
+		{"redis address", minimal + "  redis:\n    address: localhost\n", `rate_limiting.redis.address: "localhost" is not host:port`},
+		{"redis policy", minimal + "  redis:\n    address: 127.0.0.1:6379\n    on_failure: retry\n", `rate_limiting.redis.on_failure: "retry" is not one of local, open, closed`},
+		{"redis db", minimal + "  redis:\n    address: 127.0.0.1:6379\n    db: 16\n", "rate_limiting.redis.db: must be in [0, 15], got 16"},
+		{"hybrid sync", minimal + "  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      backend: hybrid\n      sync_interval_ms: 500\n", "rate_limiting.rules[0].sync_interval_ms: 500ms must be less than half the window 1s"},
+		{"hybrid lease", minimal + "  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      backend: hybrid\n      max_lease: 11\n", "rate_limiting.rules[0].max_lease: must be in [0, max_requests=10]"},
+		{"lease without hybrid", minimal + "  rules:\n    - name: a\n      max_lease: 3\n", "rate_limiting.rules[0].backend: sync_interval_ms and max_lease need backend: hybrid"},
 		{"tier header without tiers", minimal + "  tier_header: X-Tier\n", "rate_limiting.tier_header: is set but rate_limiting.tiers is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,10 +133,11 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestConfigAcceptsSingleAddressProxiesAndIdleDeny(t *testing.T) {
-	opts, err := parseConfig([]byte(minimal + "    eviction_policy: idle-deny\n  trusted_proxies: [192.0.2.1, \"2001:db8::/32\"]\n  rules:\n    - name: a\n      method: get\n"))
+	c, err := parseConfig([]byte(minimal + "    eviction_policy: idle-deny\n  trusted_proxies: [192.0.2.1, \"2001:db8::/32\"]\n  rules:\n    - name: a\n      method: get\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	opts := c.opts
 	if opts.Default.Engine.Overflow != engine.OverflowDeny {
 		t.Errorf("idle-deny gave Overflow %v", opts.Default.Engine.Overflow)
 	}
@@ -132,5 +165,29 @@ func TestFlagErrors(t *testing.T) {
 		if _, err := parseUpstream(s); err == nil {
 			t.Errorf("parseUpstream(%q) accepted", s)
 		}
+	}
+}
+
+// TestMemoryTooSmallNamesTheYAMLField pins issue 11 item 6: the engine's
+// own check of the memory bound (it depends on the shard count, so only
+// building the limiter finds it) is reported as the YAML field, not as
+// "Config.MaxMemory".
+func TestMemoryTooSmallNamesTheYAMLField(t *testing.T) {
+	c, err := parseConfig([]byte(minimal + "    memory_limit_mb: 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	g.metrics = newMetrics(func() float64 { return 0 })
+	err = g.load(c)
+	if err == nil {
+		g.close()
+		t.Skip("1 MB is enough for this machine's shard count; nothing to check")
+	}
+	if !strings.HasPrefix(err.Error(), "rate_limiting.sliding_window.memory_limit_mb (used by rate_limiting.sliding_window)") || !errors.Is(err, errConfig) {
+		t.Errorf("error %q does not name the YAML field first", err)
+	}
+	if len(g.resources) != 0 || g.cur.Load() != nil {
+		t.Errorf("a failed load left %d resources, current %v", len(g.resources), g.cur.Load())
 	}
 }

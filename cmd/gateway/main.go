@@ -6,29 +6,30 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+)
 
-	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/httplimit"
-	"github.com/slidelimit/slidelimit/pprof"
+// Exit statuses (documented in doc.go and the README).
+const (
+	exitOK        = 0 // stopped by SIGTERM/SIGINT, every request finished
+	exitFailure   = 1 // serving failed after start (listener died, limiters failed to close)
+	exitBadConfig = 2 // bad flags or configuration at start; nothing was served
+	exitDropped   = 3 // stopped, but the shutdown timeout cut requests in flight (each logged)
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "gateway:", err)
-		}
-		os.Exit(2)
-	}
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 type flags struct {
@@ -63,87 +64,198 @@ func parseFlags(args []string, stderr io.Writer) (flags, error) {
 	return f, nil
 }
 
-// run is the gateway; it returns when ctx is done (after a graceful
-// shutdown) or on a start-up error.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// errDropped says a shutdown ran out of time and cut requests.
+var errDropped = errors.New("shutdown timed out with requests in flight")
+
+// run is the gateway; it returns its exit status when ctx is done (after
+// a graceful shutdown) or on a start-up error. SIGHUP reloads the
+// configuration while it runs.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f, err := parseFlags(args, stderr)
 	if err != nil {
-		return err
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "gateway:", err)
+		}
+		return exitBadConfig
 	}
-	opts, err := loadConfig(f.config)
-	if err != nil {
-		return err
-	}
+	// Catch SIGHUP before anything slow: its default action would kill
+	// the process (exit 129) if it arrived during start-up. One that
+	// arrives then is handled once serving begins.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
+	log := slog.New(slog.NewJSONHandler(stderr, nil))
+	g, srv, ln, closeAll, err := start(f, stdout, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "gateway:", err)
+		return exitBadConfig
+	}
+	defer closeAll()
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "gateway: listening on http://%s, upstream %s\n", ln.Addr(), g.upstream)
+	for {
+		select {
+		case err := <-served:
+			log.Error("serving failed", "err", err.Error())
+			return exitFailure
+		case <-hup:
+			g.reload(f.config, srv)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	err = shutdown(srv, served, g, f.shutdownTimeout, log)
+	s := g.stats()
+	fmt.Fprintf(stdout, "gateway: stopped; allowed %d, denied %d, dry-run denied %d, key errors %d (failed open %d, closed %d), unmatched %d\n",
+		s.Allowed, s.Denied, s.DryRunDenied, s.KeyErrors, s.FailedOpen, s.FailedClosed, s.Unmatched)
+	switch {
+	case errors.Is(err, errDropped):
+		return exitDropped
+	case err != nil:
+		log.Error("stopping", "err", err.Error())
+		return exitFailure
+	}
+	return exitOK
+}
+
+// start loads the configuration and builds everything the gateway serves
+// with; closeAll undoes it.
+func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.Server, ln net.Listener, closeAll func(), err error) {
+	var closers []func()
+	cleanup := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
+	c, err := loadConfig(f.config)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	target := f.upstream
 	if f.upstream == "builtin" {
 		up, err := startBuiltinUpstream()
 		if err != nil {
-			return err
+			return nil, nil, nil, nil, err
 		}
-		defer up.Close()
+		closers = append(closers, up.Close)
 		target = "http://" + up.Addr().String()
+		// make run-http measures the upstream directly too.
+		fmt.Fprintf(stdout, "gateway: builtin upstream on %s\n", target)
 	}
 	u, err := parseUpstream(target)
 	if err != nil {
-		return fmt.Errorf("-upstream: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("-upstream: %w", err)
 	}
-
-	mw, err := httplimit.New(opts)
-	if err != nil {
-		return fmt.Errorf("config %s: %w", f.config, err)
+	g = newGateway(u, log, nil)
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) })
+	if err := g.load(c); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("config %s: %w", f.config, err)
 	}
-	defer mw.Close()
-
+	closers = append(closers, g.close)
 	if f.pprof != "" {
-		dbg, err := pprof.Start(pprof.Options{Addr: f.pprof, Limiter: engineStats{mw}})
+		adm, err := startAdmin(f.pprof, g)
 		if err != nil {
-			return fmt.Errorf("-pprof: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("-pprof: %w", err)
 		}
-		defer dbg.Close()
-		fmt.Fprintf(stdout, "gateway: debug endpoints on http://%s/debug/pprof/\n", dbg.Addr())
+		closers = append(closers, adm.close)
+		fmt.Fprintf(stdout, "gateway: debug endpoints on http://%s/debug/pprof/, metrics on http://%s/metrics\n", adm.addr(), adm.addr())
 	}
-
-	ln, err := net.Listen("tcp", f.listen)
+	ln, err = net.Listen("tcp", f.listen)
 	if err != nil {
-		return fmt.Errorf("-listen: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("-listen: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           mw.Handler(newProxy(u)),
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+	srv = &http.Server{
+		Handler:           g,
+		ReadHeaderTimeout: c.server.readHeaderTimeout,
+		IdleTimeout:       c.server.idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "gateway: listening on http://%s, upstream %s\n", ln.Addr(), u)
-
-	select {
-	case err := <-served:
-		return fmt.Errorf("serving: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving: %w", err)
-	}
-	if err := mw.Close(); err != nil {
-		return fmt.Errorf("closing limiters: %w", err)
-	}
-	s := mw.Stats()
-	fmt.Fprintf(stdout, "gateway: stopped; allowed %d, denied %d, dry-run denied %d, key errors %d (failed open %d, closed %d), unmatched %d\n",
-		s.Allowed, s.Denied, s.DryRunDenied, s.KeyErrors, s.FailedOpen, s.FailedClosed, s.Unmatched)
-	return nil
+	return g, srv, ln, cleanup, nil
 }
 
-// engineStats adapts the middleware's summed engine statistics to the
-// debug server's StatsSource.
-type engineStats struct{ m *httplimit.Middleware }
+// reload loads path and swaps it in; a file that does not load or build
+// leaves the running configuration in place, and the log says why.
+func (g *gateway) reload(path string, srv *http.Server) {
+	c, err := loadConfig(path)
+	if err == nil {
+		err = g.load(c)
+	}
+	if err != nil {
+		g.metrics.reloads.WithLabelValues("error").Inc()
+		g.log.Error("reload failed; the previous configuration keeps serving", "config", path, "err", err.Error())
+		return
+	}
+	g.metrics.reloads.WithLabelValues("ok").Inc()
+	g.log.Info("configuration reloaded", "config", path, "rules", len(c.opts.Rules))
+	if c.server.readHeaderTimeout != srv.ReadHeaderTimeout || c.server.idleTimeout != srv.IdleTimeout {
+		g.log.Warn("server.* settings change only at restart; the listener keeps its timeouts",
+			"read_header_timeout", srv.ReadHeaderTimeout.String(), "idle_timeout", srv.IdleTimeout.String())
+	}
+}
 
-func (e engineStats) Stats() engine.Stats { return e.m.EngineStats() }
+// shutdown stops accepting, waits up to timeout for requests in flight,
+// and past it logs each request it cuts and returns errDropped.
+func shutdown(srv *http.Server, served <-chan error, g *gateway, timeout time.Duration, log *slog.Logger) error {
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err == nil {
+		if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving: %w", err)
+		}
+		// Shutdown does not wait for hijacked connections (websockets
+		// and other upgrades proxied through): their handlers are still
+		// in flight. Give them the rest of the timeout.
+		err = waitIdle(sctx, &g.inflight)
+		if err == nil {
+			g.close()
+			return nil
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	dropped := g.inflight.snapshot()
+	now := time.Now()
+	for _, r := range dropped {
+		log.Warn("shutdown timeout: dropping request in flight", "method", r.method, "path", r.path,
+			"remote", r.remote, "running_for", now.Sub(r.start).Round(time.Millisecond).String())
+	}
+	log.Error("shutdown timed out; cutting the requests still in flight", "timeout", timeout.String(), "dropped", len(dropped))
+	_ = srv.Close()
+	select {
+	case <-served:
+	default: // already received above, when Shutdown itself finished
+	}
+	// Handlers may still be running (a hijacked websocket is not closed
+	// by srv.Close); the limiters stay open under them, and close does
+	// not wait for them: the process is about to exit.
+	g.abandon.Store(true)
+	return fmt.Errorf("%w: %d dropped after %v", errDropped, len(dropped), timeout)
+}
+
+// waitIdle waits until no request is in flight or ctx ends.
+func waitIdle(ctx context.Context, f *inflight) error {
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for f.count() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
 
 func parseUpstream(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
@@ -157,26 +269,6 @@ func parseUpstream(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("%q: no host", s)
 	}
 	return u, nil
-}
-
-func newProxy(u *url.URL) *httputil.ReverseProxy {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// A gateway keeps many idle connections to its one upstream; the
-	// default of 2 per host would open and close a connection for most
-	// requests under load and exhaust loopback ports.
-	tr.MaxIdleConns = 1024
-	tr.MaxIdleConnsPerHost = 1024
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			pr.SetURL(u)
-			// Rewrite drops the inbound X-Forwarded-For; keep the chain
-			// and append this hop's peer, as proxies in front of
-			// trusting services must.
-			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
-			pr.SetXForwarded()
-		},
-		Transport: tr,
-	}
 }
 
 // startBuiltinUpstream serves 200 "ok" on a free loopback port, so the

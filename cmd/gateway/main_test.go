@@ -149,6 +149,24 @@ rate_limiting:
 		t.Errorf("/debug/limiter: %+v, %v; want 3 allowed, 1 denied", dbg, err)
 	}
 
+	// Prometheus on the admin listener: per-rule counters and latency.
+	res, err = http.Get(debug + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, want := range []string{
+		`slidelimit_gateway_decisions_total{outcome="allowed",rule="default"} 3`,
+		`slidelimit_gateway_decisions_total{outcome="denied",rule="default"} 1`,
+		`slidelimit_gateway_decision_seconds_count{rule="default"} 4`,
+		`slidelimit_gateway_requests_in_flight 0`,
+	} {
+		if !strings.Contains(string(prom), want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/redisstore"
+)
+
+// gateway serves requests with the current configuration generation and
+// replaces it on reload.
+//
+// Reload protocol. A request acquires the generation it starts with and
+// holds it to its end, so a reload never changes the limiter, proxy or
+// timeouts under a request in flight. acquire increments the generation's
+// reference count and then checks that it is still current; if a reload
+// swapped it in between, the request lets go and takes the new one. A
+// retired generation is therefore drained once its count is seen at zero
+// after the swap: a late acquirer always sees the swap and backs off.
+// Resources (limiters, Redis clients) are shared between generations when
+// their fingerprints match and counted per generation holding them; the
+// last generation to drain closes them.
+type gateway struct {
+	upstream *url.URL
+	log      *slog.Logger
+	metrics  *metrics
+
+	cur atomic.Pointer[generation]
+
+	mu        sync.Mutex // serializes reloads and guards resources' users
+	resources map[string]*resource
+	retiring  sync.WaitGroup
+
+	inflight inflight
+	abandon  atomic.Bool     // set when shutdown gave up on requests in flight: close must not wait for them
+	total    httplimit.Stats // of released generations; guarded by mu
+}
+
+// generation is one loaded configuration, ready to serve.
+type generation struct {
+	cfg       *config
+	mw        *httplimit.Middleware
+	proxy     *proxy
+	handler   http.Handler
+	resources []*resource // backends first, then the Redis clients they use
+	engines   []*engine.Limiter
+	budget    *resource // the key budget, if any
+	refs      atomic.Int64
+	denials   atomic.Uint64 // for deny sampling
+}
+
+// resource is a limiter backend or a Redis client, kept across reloads
+// while its fingerprint is unchanged.
+type resource struct {
+	fp     string
+	rl     engine.RateLimiter
+	eng    *engine.Limiter // memory backends, for stats
+	client *redis.Client
+	kb     *httplimit.KeyBudget
+	// verified is the current configuration's tier keys, read by a kept
+	// KeyBudget's Verified function.
+	verified atomic.Pointer[map[string]string]
+	close    func() error
+	users    int // generations holding it; guarded by gateway.mu
+}
+
+func newGateway(u *url.URL, log *slog.Logger, m *metrics) *gateway {
+	return &gateway{upstream: u, log: log, metrics: m, resources: map[string]*resource{}}
+}
+
+// load builds a generation from c and makes it current. On error nothing
+// changes: resources built for the failed generation are closed, the
+// current one keeps serving.
+func (g *gateway) load(c *config) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gen, fresh, err := g.build(c)
+	if err != nil {
+		for _, r := range fresh {
+			if g.resources[r.fp] == r {
+				delete(g.resources, r.fp)
+			}
+			_ = r.close()
+		}
+		return err
+	}
+	if gen.budget != nil {
+		// An older generation sharing the budget sees the new tier
+		// keys from now on; that only exempts keys the operator has
+		// just declared genuine.
+		gen.budget.verified.Store(&c.budget.verified)
+	}
+	for _, r := range gen.resources {
+		r.users++
+		g.resources[r.fp] = r
+	}
+	old := g.cur.Swap(gen)
+	if old != nil {
+		g.retiring.Add(1)
+		go func() {
+			defer g.retiring.Done()
+			g.retire(old)
+		}()
+	}
+	return nil
+}
+
+// build makes a generation, reusing the current resources whose
+// fingerprints match. fresh lists the resources it created (to close if
+// the generation is abandoned). Caller holds g.mu.
+func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err error) {
+	gen = &generation{cfg: c}
+	opts := c.opts
+	rules := append([]httplimit.Rule(nil), opts.Rules...)
+	var def *httplimit.Rule
+	if opts.Default != nil {
+		d := *opts.Default
+		def = &d
+	}
+	var clients []*resource
+	seen := map[*resource]bool{}
+	take := func(r *resource, isNew bool) {
+		if isNew {
+			fresh = append(fresh, r)
+		}
+		if !seen[r] {
+			seen[r] = true
+			if r.client != nil {
+				clients = append(clients, r)
+			} else {
+				gen.resources = append(gen.resources, r)
+			}
+		}
+	}
+	for i, bs := range c.backends {
+		ru := def
+		if i < len(rules) {
+			ru = &rules[i]
+		}
+		r, isNew, err := g.backend(bs, ru.Engine, take)
+		if err != nil {
+			return nil, fresh, err
+		}
+		take(r, isNew)
+		if r.eng != nil {
+			gen.engines = append(gen.engines, r.eng)
+		}
+		ru.Limiter, ru.Limit, ru.Window, ru.Engine = r.rl, ru.Engine.Limit, ru.Engine.Window, engine.Config{}
+	}
+	if b := c.budget; b != nil {
+		r, ok := g.resources[b.fp]
+		if !ok {
+			r = &resource{fp: b.fp}
+			cfg := b.cfg
+			cfg.Verified = func(k string) bool {
+				m := r.verified.Load()
+				if m == nil {
+					return false
+				}
+				_, ok := (*m)[k]
+				return ok
+			}
+			kb, err := httplimit.NewKeyBudget(cfg)
+			if err != nil {
+				return nil, fresh, fmt.Errorf("rate_limiting.key_budget: %w: %w", err, errConfig)
+			}
+			r.kb, r.rl, r.close = kb, nil, kb.Close
+		}
+		take(r, !ok)
+		b.ref.kb = r.kb
+		gen.budget = r
+	}
+	gen.resources = append(gen.resources, clients...)
+	opts.Rules, opts.Default = rules, def
+	names := make([]string, 0, len(rules)+1)
+	for _, r := range rules {
+		names = append(names, r.Name)
+	}
+	if def != nil {
+		names = append(names, def.Name)
+	}
+	rm := g.metrics.forRules(names)
+	denySample := uint64(c.log.denySample)
+	log := g.log
+	opts.Observe = func(r *http.Request, e httplimit.Event) {
+		m := rm[e.Rule]
+		if m == nil {
+			return // cannot happen: every rule's name is in rm
+		}
+		if int(e.Outcome) < len(m.outcome) {
+			m.outcome[e.Outcome].Inc()
+		}
+		m.latency.Observe(e.Latency.Seconds())
+		if e.Err != nil && e.Outcome != httplimit.OutcomeKeyError {
+			m.backendErr.Inc()
+		}
+		if (e.Outcome == httplimit.OutcomeDenied || e.Outcome == httplimit.OutcomeDryRunDenied) && denySample > 0 &&
+			gen.denials.Add(1)%denySample == 1%denySample {
+			log.Info("denied", "rule", e.Rule, "outcome", e.Outcome.String(), "method", r.Method, "path", r.URL.Path,
+				"remote", r.RemoteAddr, "retry_after", e.Decision.RetryAfter.String(), "sampled_one_in", denySample)
+		}
+	}
+	gen.mw, err = httplimit.New(opts)
+	if err != nil {
+		return nil, fresh, fmt.Errorf("rate_limiting: %w", err)
+	}
+	gen.proxy = newProxy(g.upstream, c, g.log, g.metrics)
+	gen.handler = gen.mw.Handler(gen.proxy)
+	return gen, fresh, nil
+}
+
+// backend returns the resource for bs: the current one with the same
+// fingerprint, or a new one.
+func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource, bool)) (*resource, bool, error) {
+	if r, ok := g.resources[bs.fp]; ok {
+		if bs.redis != nil {
+			// Hold the client too, so the generation that keeps this
+			// backend keeps its connection open.
+			take(g.resources[clientFP(bs.redis)], false)
+		}
+		return r, false, nil
+	}
+	switch bs.kind {
+	case "memory":
+		l, err := engine.New(ec)
+		if err != nil {
+			return nil, false, engineFieldErr(bs.field, err)
+		}
+		return &resource{fp: bs.fp, rl: l, eng: l, close: l.Close}, true, nil
+	}
+	cfp := clientFP(bs.redis)
+	cr, ok := g.resources[cfp]
+	isNewClient := !ok
+	if !ok {
+		client := redis.NewClient(&redis.Options{
+			Addr: bs.redis.addr, DB: bs.redis.db,
+			// The store's per-call timeout then bounds socket reads
+			// and writes too (see redisstore.Config.Client).
+			ContextTimeoutEnabled: true,
+		})
+		cr = &resource{fp: cfp, client: client, close: client.Close}
+		g.resources[cfp] = cr // found by later rules of this build; removed if the build fails
+	}
+	take(cr, isNewClient)
+	rc := redisstore.Config{
+		Client: cr.client, Algorithm: ec.Algorithm, Limit: ec.Limit, Window: ec.Window, Penalty: ec.Penalty,
+		Prefix: bs.redis.prefix, Timeout: bs.redis.timeout, OnFailure: bs.redis.onFailure, Nodes: bs.redis.nodes,
+	}
+	if bs.kind == "redis" {
+		s, err := redisstore.New(rc)
+		if err != nil {
+			return nil, false, fmt.Errorf("%s: %w: %w", bs.field, err, errConfig)
+		}
+		return &resource{fp: bs.fp, rl: s, close: s.Close}, true, nil
+	}
+	h, err := redisstore.NewHybrid(redisstore.HybridConfig{Config: rc, SyncInterval: bs.sync, MaxLease: bs.lease})
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w: %w", bs.field, err, errConfig)
+	}
+	return &resource{fp: bs.fp, rl: h, close: h.Close}, true, nil
+}
+
+func clientFP(rc *redisConfig) string { return fmt.Sprintf("redis-client %s db=%d", rc.addr, rc.db) }
+
+// engineFieldErr names the YAML field an engine error is about; only the
+// memory bound is checked by the engine alone (it depends on the shard
+// count), the rest was validated against the YAML already.
+func engineFieldErr(field string, err error) error {
+	if errors.Is(err, engine.ErrInvalidConfig) {
+		return fmt.Errorf("rate_limiting.sliding_window.memory_limit_mb (used by %s): %w: %w", field, err, errConfig)
+	}
+	return fmt.Errorf("%s: %w", field, err)
+}
+
+// acquire returns the current generation with a reference held; release
+// it when the request ends.
+func (g *gateway) acquire() *generation {
+	for {
+		gen := g.cur.Load()
+		gen.refs.Add(1)
+		if g.cur.Load() == gen {
+			return gen
+		}
+		gen.refs.Add(-1) // swapped meanwhile: its retirement may be waiting for zero
+	}
+}
+
+// drainPoll is how often a retiring generation checks for requests still
+// holding it. Retirement is off the request path; a coarse poll is enough.
+const drainPoll = 50 * time.Millisecond
+
+// retire waits until no request holds gen, then releases its resources.
+func (g *gateway) retire(gen *generation) {
+	for gen.refs.Load() != 0 {
+		time.Sleep(drainPoll)
+	}
+	g.release(gen)
+}
+
+// release drops gen's hold on its resources and closes those no current
+// or draining generation holds any more.
+func (g *gateway) release(gen *generation) {
+	gen.proxy.tr.CloseIdleConnections()
+	var closing []*resource
+	g.mu.Lock()
+	g.total = addStats(g.total, gen.mw.Stats())
+	for _, r := range gen.resources {
+		r.users--
+		if r.users == 0 {
+			delete(g.resources, r.fp)
+			closing = append(closing, r)
+		}
+	}
+	g.mu.Unlock()
+	errs := []error{gen.mw.Close()}
+	for _, r := range closing { // backends before the clients they use
+		errs = append(errs, r.close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		g.log.Error("closing a retired configuration", "err", err.Error())
+	}
+}
+
+// close releases the current generation and waits for retiring ones;
+// call it when no request is in flight.
+func (g *gateway) close() {
+	if g.abandon.Load() {
+		return
+	}
+	g.retiring.Wait()
+	g.mu.Lock()
+	gen := g.cur.Swap(nil)
+	g.mu.Unlock()
+	if gen != nil {
+		g.release(gen)
+	}
+}
+
+func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	done := g.inflight.add(r)
+	defer done()
+	gen := g.acquire()
+	defer gen.refs.Add(-1)
+	if !gen.cfg.log.access {
+		gen.handler.ServeHTTP(w, r)
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	gen.handler.ServeHTTP(sw, r)
+	code := sw.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	g.log.Info("access", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", code,
+		"bytes", sw.bytes, "duration", time.Since(start).String())
+}
+
+// statusWriter records the status and body size for the access log.
+// Unwrap lets http.ResponseController (which ReverseProxy uses to flush
+// and to hijack upgraded connections) reach the underlying writer.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 && code >= 200 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Hijack records an upgraded connection as 101: ReverseProxy writes the
+// upstream's 101 straight to the hijacked connection, not via WriteHeader.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && w.code == 0 {
+		w.code = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}
+
+// engineStats sums engine.Stats over the current generation's in-memory
+// limiters, for the debug server's /debug/limiter.
+type engineStats struct{ g *gateway }
+
+func (e engineStats) Stats() engine.Stats {
+	var s engine.Stats
+	gen := e.g.cur.Load()
+	if gen == nil {
+		return s
+	}
+	// A retired generation may close its engines while this sums; Stats
+	// on a closed engine.Limiter reads counters only, which stay valid.
+	for _, l := range gen.engines {
+		o := l.Stats()
+		s.Keys += o.Keys
+		s.MaxKeys += o.MaxKeys
+		s.Allowed += o.Allowed
+		s.Denied += o.Denied
+		s.Inserts += o.Inserts
+		s.Reclaimed += o.Reclaimed
+		s.Overflow += o.Overflow
+		s.Bytes += o.Bytes
+	}
+	return s
+}
+
+// stats sums the middleware counters over every generation so far.
+func (g *gateway) stats() httplimit.Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := g.total
+	if gen := g.cur.Load(); gen != nil {
+		s = addStats(s, gen.mw.Stats())
+	}
+	return s
+}
+
+func addStats(a, b httplimit.Stats) httplimit.Stats {
+	a.Allowed += b.Allowed
+	a.Denied += b.Denied
+	a.DryRunDenied += b.DryRunDenied
+	a.KeyErrors += b.KeyErrors
+	a.FailedOpen += b.FailedOpen
+	a.FailedClosed += b.FailedClosed
+	a.Unmatched += b.Unmatched
+	return a
+}

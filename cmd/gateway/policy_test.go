@@ -1,0 +1,232 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+)
+
+func do(t *testing.T, method, url string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res
+}
+
+func okUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+func randomKey(t *testing.T) string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// TestRandomAPIKeysDoNotBypass pins issue 11 item 1 through the gateway's
+// YAML: with key: header_or_ip and a key budget of 2 new keys per IP, a
+// client inventing a fresh X-API-Key per request gets the 2 keys' first
+// requests and then its IP's allowance (3), not 3 per invented key; a
+// request without a key is limited by its IP too, even with fail_open.
+func TestRandomAPIKeysDoNotBypass(t *testing.T) {
+	const cfg = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 3
+  algorithm: log
+  key: header_or_ip
+  key_budget:
+    new_keys: 2
+  fail_open: true
+`
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	allowed := 0
+	for i := 0; i < 20; i++ {
+		if do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": randomKey(t)}).StatusCode == 200 {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Errorf("%d of 20 requests with random keys passed, want 5 (2 new keys + the IP's 3)", allowed)
+	}
+	if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 429 {
+		t.Errorf("request without a key: %d, want 429 (keyed by the exhausted IP)", code)
+	}
+}
+
+// TestTierKeysAreNotCharged: configured tier API keys are verified, so
+// they never spend the client IP's budget of new keys.
+func TestTierKeysAreNotCharged(t *testing.T) {
+	const cfg = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 1
+  algorithm: log
+  key: header_or_ip
+  key_budget:
+    new_keys: 1
+  tiers:
+    - name: pro
+      api_keys: [pro-a, pro-b, pro-c]
+      max_requests: 2
+`
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	for _, k := range []string{"pro-a", "pro-b", "pro-c"} {
+		for i := 0; i < 2; i++ {
+			if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": k}).StatusCode; code != 200 {
+				t.Fatalf("tier key %s request %d: %d, want 200 (each key its own allowance)", k, i, code)
+			}
+		}
+	}
+	// The IP's one new-key budget is untouched: a new key still gets in.
+	if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": "new-1"}).StatusCode; code != 200 {
+		t.Errorf("first unknown key: %d, want 200", code)
+	}
+}
+
+// TestStackedRulesAndExemptions: with stack: true every matching rule
+// applies, a denial by one consumes nothing from the others, and the
+// headers list every policy; exempt paths, CIDRs and OPTIONS never
+// consume quota.
+func TestStackedRulesAndExemptions(t *testing.T) {
+	const cfg = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 100
+  algorithm: log
+  key: ip
+  stack: true
+  exempt:
+    paths: [/healthz]
+    methods: [OPTIONS]
+  rules:
+    - name: login
+      method: POST
+      path_prefix: /login
+      max_requests: 2
+    - name: all
+      max_requests: 4
+`
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	res := do(t, "POST", gw.URL+"/login", nil)
+	if got := res.Header.Get("RateLimit-Policy"); got != `"login";q=2;w=60, "all";q=4;w=60` {
+		t.Errorf("RateLimit-Policy %q, want both policies", got)
+	}
+	do(t, "POST", gw.URL+"/login", nil)
+	res = do(t, "POST", gw.URL+"/login", nil)
+	if res.StatusCode != 429 {
+		t.Fatalf("third login: %d, want 429", res.StatusCode)
+	}
+	if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") {
+		t.Errorf("429 Content-Type %q, want application/problem+json (the default deny_body)", ct)
+	}
+	for i := 0; i < 10; i++ {
+		if code := do(t, "GET", gw.URL+"/healthz", nil).StatusCode; code != 200 {
+			t.Fatalf("exempt path: %d", code)
+		}
+		if code := do(t, "OPTIONS", gw.URL+"/x", nil).StatusCode; code != 200 {
+			t.Fatalf("exempt method: %d", code)
+		}
+	}
+	// "all" spent 2 on the two admitted logins, nothing on the refused
+	// one or the exempt requests: 2 left.
+	for i, want := range []int{200, 200, 429} {
+		if code := do(t, "GET", gw.URL+"/x", nil).StatusCode; code != want {
+			t.Errorf("GET %d after the logins: %d, want %d", i, code, want)
+		}
+	}
+}
+
+func TestExemptCIDRAndTextBody(t *testing.T) {
+	const cfg = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 1
+  key: ip
+  deny_body: text
+  exempt:
+    cidrs: [10.0.0.0/8]
+`
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	do(t, "GET", gw.URL+"/", nil)
+	res := do(t, "GET", gw.URL+"/", nil)
+	if res.StatusCode != 429 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/plain") {
+		t.Errorf("status %d Content-Type %q, want 429 text/plain", res.StatusCode, res.Header.Get("Content-Type"))
+	}
+	const cfgLoopback = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 1
+  key: ip
+  exempt:
+    cidrs: [127.0.0.0/8]
+`
+	_, gw = newTestGateway(t, cfgLoopback, okUpstream(t).URL)
+	for i := 0; i < 5; i++ {
+		if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 200 {
+			t.Fatalf("exempt CIDR request %d: %d", i, code)
+		}
+	}
+}
+
+// TestExampleConfigResistsKeyRotation pins issue 11 item 1 on the shipped
+// example: one client inventing an X-API-Key per request gets its 5 new
+// keys and then its IP's allowance, and missing keys count against the IP.
+func TestExampleConfigResistsKeyRotation(t *testing.T) {
+	b, err := os.ReadFile("gateway.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same config, a limit small enough to reach in a test.
+	cfg := strings.Replace(string(b), "max_requests: 100 ", "max_requests: 3 ", 1)
+	cfg = strings.Replace(cfg, "window_size_ms: 1000 ", "window_size_ms: 60000 ", 1)
+	if cfg == string(b) {
+		t.Fatal("the example's default policy line changed; update this test")
+	}
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	allowed := 0
+	for i := 0; i < 50; i++ {
+		if do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": randomKey(t)}).StatusCode == 200 {
+			allowed++
+		}
+	}
+	// 5 new keys (one request each) + the IP's 3 = 8; the counter
+	// algorithm may admit fewer, never more.
+	if allowed > 8 || allowed < 5 {
+		t.Errorf("%d of 50 requests with random keys passed, want at most 8 (5 new keys + 3 for the IP)", allowed)
+	}
+	if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 429 {
+		t.Errorf("request without a key after the IP's allowance: %d, want 429", code)
+	}
+	if code := do(t, "GET", gw.URL+"/healthz", nil).StatusCode; code != 200 {
+		t.Errorf("exempt /healthz: %d", code)
+	}
+	if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": "pro-key-1"}).StatusCode; code != 200 {
+		t.Errorf("a tier key after the IP is exhausted: %d, want 200 (its own allowance)", code)
+	}
+}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// newTestGateway serves yamlCfg in front of upstream in this process.
+func newTestGateway(t *testing.T, yamlCfg string, upstream string) (*gateway, *httptest.Server) {
+	t.Helper()
+	c, err := parseConfig([]byte(yamlCfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGateway(u, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) })
+	if err := g.load(c); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g)
+	t.Cleanup(func() {
+		srv.Close()
+		g.close()
+	})
+	return g, srv
+}
+
+// TestUpstreamTimeoutIs504 pins issue 11 item 3: an upstream that does not
+// answer within response_header_timeout_ms gets 504, not a wait as long as
+// the upstream likes. The upstream here never answers until the test ends,
+// so only the gateway's timeout can end the request.
+func TestUpstreamTimeoutIs504(t *testing.T) {
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer up.Close()
+	defer close(release)
+	const timeout = 300 * time.Millisecond
+	g, gw := newTestGateway(t, minimal+"proxy:\n  response_header_timeout_ms: 300\n", up.URL)
+	start := time.Now()
+	res, err := http.Get(gw.URL + "/slow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	took := time.Since(start)
+	if res.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("status %d, want 504", res.StatusCode)
+	}
+	// Lower bound exact (the timeout must have run), upper generous.
+	if took < timeout || took > timeout+failAfter/4 {
+		t.Errorf("504 after %v, want about %v", took, timeout)
+	}
+	if got := testutilCounter(t, g.metrics, "slidelimit_gateway_upstream_errors_total", `kind="timeout"`); got != 1 {
+		t.Errorf("upstream timeout counter %v, want 1", got)
+	}
+}
+
+func TestUpstreamDownIs502(t *testing.T) {
+	up := httptest.NewServer(http.NotFoundHandler())
+	addr := up.URL
+	up.Close() // nothing listens there now
+	_, gw := newTestGateway(t, minimal, addr)
+	res, err := http.Get(gw.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadGateway {
+		t.Fatalf("status %d, want 502", res.StatusCode)
+	}
+}
+
+// TestBodyLimit pins issue 11 item 3: a body over max_body_bytes is
+// refused with 413, whether Content-Length announces it (refused before
+// the upstream is contacted) or a chunked body runs past it.
+func TestBodyLimit(t *testing.T) {
+	var hits atomic.Int64
+	var lastLen atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		n, err := io.Copy(io.Discard, r.Body)
+		lastLen.Store(n)
+		if err != nil {
+			// The gateway cut the body: the upstream sees a broken
+			// request, the client gets the gateway's 413.
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	_, gw := newTestGateway(t, minimal+"proxy:\n  max_body_bytes: 1000\n", up.URL)
+
+	post := func(body io.Reader, size int64) int {
+		t.Helper()
+		req, err := http.NewRequest("POST", gw.URL+"/upload", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = size
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		return res.StatusCode
+	}
+	if got := post(bytes.NewReader(make([]byte, 1000)), 1000); got != 200 {
+		t.Errorf("exactly the limit: status %d, want 200", got)
+	}
+	if n := lastLen.Load(); n != 1000 {
+		t.Errorf("upstream read %d bytes, want 1000", n)
+	}
+	before := hits.Load()
+	if got := post(bytes.NewReader(make([]byte, 1001)), 1001); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("Content-Length over the limit: status %d, want 413", got)
+	}
+	if hits.Load() != before {
+		t.Error("a body announced over the limit reached the upstream")
+	}
+	// Chunked (ContentLength -1): only reading finds out.
+	if got := post(io.MultiReader(strings.NewReader(strings.Repeat("x", 5000))), -1); got != http.StatusRequestEntityTooLarge {
+		t.Errorf("chunked body over the limit: status %d, want 413", got)
+	}
+	if got := post(io.MultiReader(strings.NewReader(strings.Repeat("x", 999))), -1); got != 200 {
+		t.Errorf("chunked body under the limit: status %d, want 200", got)
+	}
+}
+
+// TestForwardingHeaders pins issue 11 item 5.
+func TestForwardingHeaders(t *testing.T) {
+	var got atomic.Pointer[http.Header]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		got.Store(&h)
+	}))
+	defer up.Close()
+	claims := map[string]string{
+		"X-Forwarded-For":   "203.0.113.7",
+		"X-Forwarded-Proto": "https",
+		"X-Forwarded-Host":  "api.example.com",
+		"Forwarded":         `for=203.0.113.7;proto=https`,
+		"X-Real-Ip":         "203.0.113.7",
+	}
+	send := func(gw string) http.Header {
+		t.Helper()
+		req, _ := http.NewRequest("GET", gw+"/x", nil)
+		for k, v := range claims {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		return *got.Load()
+	}
+
+	t.Run("untrusted client", func(t *testing.T) {
+		_, gw := newTestGateway(t, minimal, up.URL)
+		h := send(gw.URL)
+		host := strings.TrimPrefix(gw.URL, "http://")
+		want := map[string]string{
+			"X-Forwarded-For":   "127.0.0.1",
+			"X-Forwarded-Proto": "http",
+			"X-Forwarded-Host":  host,
+			"Forwarded":         `for=127.0.0.1;host="` + host + `";proto=http`,
+			"X-Real-Ip":         "",
+		}
+		for k, v := range want {
+			if g := strings.Join(h.Values(k), " | "); g != v {
+				t.Errorf("%s = %q, want %q (the client's claim must not pass)", k, g, v)
+			}
+		}
+	})
+	t.Run("trusted proxy", func(t *testing.T) {
+		_, gw := newTestGateway(t, minimal+"  trusted_proxies: [127.0.0.1]\n", up.URL)
+		h := send(gw.URL)
+		host := strings.TrimPrefix(gw.URL, "http://")
+		want := map[string]string{
+			"X-Forwarded-For":   "203.0.113.7, 127.0.0.1",
+			"X-Forwarded-Proto": "https",
+			"X-Forwarded-Host":  "api.example.com",
+			"Forwarded":         `for=203.0.113.7;proto=https, for=127.0.0.1;host="` + host + `";proto=http`,
+			"X-Real-Ip":         "203.0.113.7",
+		}
+		for k, v := range want {
+			if g := strings.Join(h.Values(k), " | "); g != v {
+				t.Errorf("%s = %q, want %q", k, g, v)
+			}
+		}
+	})
+}
+
+func TestForwardedNode(t *testing.T) {
+	for in, want := range map[string]string{
+		"192.0.2.1:80":       "192.0.2.1",
+		"[2001:db8::1]:80":   `"[2001:db8::1]"`,
+		"[::ffff:1.2.3.4]:5": "1.2.3.4",
+		"@unix":              "unknown",
+	} {
+		if got := forwardedNode(peerAddr(in)); got != want {
+			t.Errorf("forwardedNode(%q) = %s, want %s", in, got, want)
+		}
+	}
+	if got := quoteForwarded(`a"b\c`); got != `"a\"b\\c"` {
+		t.Errorf("quoteForwarded = %s", got)
+	}
+}
+
+// testutilCounter reads one series of a counter from the gateway's
+// registry; labels is its label set as Prometheus prints it.
+func testutilCounter(t *testing.T, m *metrics, name, labels string) float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(line, name+"{"+labels+"} ") {
+			var v float64
+			if _, err := fmt.Sscan(strings.TrimPrefix(line, name+"{"+labels+"} "), &v); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no series %s{%s} in /metrics", name, labels)
+	return 0
+}
+
+// TestReloadUnderLoad swaps configurations while requests run (go test
+// -race): every request is answered by one whole generation, nothing
+// panics, and once the gateway is closed every limiter and client has
+// been released exactly once.
+func TestReloadUnderLoad(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	cfgA := minimal + "  rules:\n    - name: r\n      path_prefix: /r\n      max_requests: 3\n"
+	cfgB := minimal + "  rules:\n    - name: r\n      path_prefix: /r\n      max_requests: 4\n"
+	g, gw := newTestGateway(t, cfgA, up.URL)
+	a, err := parseConfig([]byte(cfgA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseConfig([]byte(cfgB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var bad atomic.Value
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := http.Get(gw.URL + "/r/x")
+				if err != nil {
+					bad.Store(err.Error())
+					return
+				}
+				res.Body.Close()
+				pol := res.Header.Get("RateLimit-Policy")
+				if (res.StatusCode != 200 && res.StatusCode != 429) || (pol != `"r";q=3;w=1` && pol != `"r";q=4;w=1`) {
+					bad.Store(res.Status + " " + pol)
+				}
+			}
+		}()
+	}
+	for i := 0; i < 40; i++ {
+		c := a
+		if i%2 == 0 {
+			c = b
+		}
+		if err := g.load(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if v := bad.Load(); v != nil {
+		t.Errorf("a request saw %v", v)
+	}
+	gw.Close()
+	g.close()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.resources) != 0 {
+		t.Errorf("%d resources still held after close", len(g.resources))
+	}
+}
+
+// TestUpgradeAndStreamingPass: the gateway's wrappers (access log, body
+// limit, middleware) keep what the bare proxy did: a protocol upgrade
+// (websocket-style, hijacked both ends) and a flushed stream pass through.
+func TestUpgradeAndStreamingPass(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") == "echo" {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close()
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			_ = brw.Flush()
+			line, _ := brw.ReadString('\n')
+			_, _ = brw.WriteString("echo:" + line)
+			_ = brw.Flush()
+			return
+		}
+		for i := 0; i < 3; i++ {
+			fmt.Fprintf(w, "chunk %d\n", i)
+			_ = http.NewResponseController(w).Flush()
+		}
+	}))
+	defer up.Close()
+	_, gw := newTestGateway(t, minimal+"log:\n  access: true\n", up.URL)
+
+	res, err := http.Get(gw.URL + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if string(body) != "chunk 0\nchunk 1\nchunk 2\n" {
+		t.Errorf("stream body %q", body)
+	}
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: status %d", resp.StatusCode)
+	}
+	if resp.Header.Get("RateLimit-Policy") == "" {
+		t.Error("upgrade response lacks the rate-limit headers")
+	}
+	_, _ = io.WriteString(conn, "hello\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "echo:hello\n" {
+		t.Errorf("through the upgraded connection: %q, %v", line, err)
+	}
+}
+
+func TestTransportFromConfig(t *testing.T) {
+	c, err := parseConfig([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTransport(c.proxy)
+	if tr.ResponseHeaderTimeout != 60*time.Second || tr.IdleConnTimeout != 90*time.Second || c.proxy.dialTimeout != 60*time.Second || c.proxy.maxBody != 1<<20 {
+		t.Errorf("defaults: header %v idle %v dial %v body %d; want nginx-like 60s, 90s, 60s, 1 MiB",
+			tr.ResponseHeaderTimeout, tr.IdleConnTimeout, c.proxy.dialTimeout, c.proxy.maxBody)
+	}
+	if c.server.readHeaderTimeout != 60*time.Second || c.server.idleTimeout != 75*time.Second {
+		t.Errorf("server defaults %+v", c.server)
+	}
+	c, err = parseConfig([]byte(minimal + "proxy:\n  dial_timeout_ms: 1500\n  response_header_timeout_ms: 2500\n  idle_conn_timeout_ms: 3500\n  max_body_bytes: -1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr = newTransport(c.proxy)
+	if tr.ResponseHeaderTimeout != 2500*time.Millisecond || tr.IdleConnTimeout != 3500*time.Millisecond || c.proxy.dialTimeout != 1500*time.Millisecond || c.proxy.maxBody != -1 {
+		t.Errorf("configured: header %v idle %v dial %v body %d", tr.ResponseHeaderTimeout, tr.IdleConnTimeout, c.proxy.dialTimeout, c.proxy.maxBody)
+	}
+}
+
+// TestUpstreamRateLimitHeadersDoNotConflict pins issue 11 item 7 at the
+// gateway: an upstream that sets its own X-RateLimit-Limit does not give
+// the client two values; upstream_headers chooses whose wins.
+func TestUpstreamRateLimitHeadersDoNotConflict(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-RateLimit-Limit", "999")
+		w.Header().Set("RateLimit-Policy", `"upstream";q=999;w=1`)
+	}))
+	defer up.Close()
+	for _, c := range []struct{ mode, limit string }{{"ours", "10"}, {"theirs", "999"}} {
+		_, gw := newTestGateway(t, minimal+"  upstream_headers: "+c.mode+"\n", up.URL)
+		res := do(t, "GET", gw.URL+"/", nil)
+		if got := res.Header.Values("X-RateLimit-Limit"); len(got) != 1 || got[0] != c.limit {
+			t.Errorf("upstream_headers %s: X-RateLimit-Limit %q, want one value %s", c.mode, got, c.limit)
+		}
+		if got := res.Header.Values("RateLimit-Policy"); len(got) != 1 {
+			t.Errorf("upstream_headers %s: RateLimit-Policy %q, want one value", c.mode, got)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package httplimit
+
+import (
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// Outcome is what a rule did with a request, as Options.Observe sees it.
+type Outcome uint8
+
+const (
+	OutcomeAllowed      Outcome = iota // admitted by the rule
+	OutcomeDenied                      // refused by the rule
+	OutcomeDryRunDenied                // would have been refused; passed on (DryRun)
+	OutcomeKeyError                    // the rule's key function failed
+)
+
+// String returns a label fit for a metric: "allowed", "denied",
+// "dry_run_denied" or "key_error".
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeAllowed:
+		return "allowed"
+	case OutcomeDenied:
+		return "denied"
+	case OutcomeDryRunDenied:
+		return "dry_run_denied"
+	case OutcomeKeyError:
+		return "key_error"
+	}
+	return "unknown"
+}
+
+// Event is one rule's part in one request, passed to Options.Observe.
+type Event struct {
+	Rule    string // the rule's name
+	Outcome Outcome
+	// Latency is the time from before the first key function to the
+	// report: key functions and backend calls of every applied rule.
+	Latency time.Duration
+	// Err is the key function's error with OutcomeKeyError; with any
+	// other outcome a non-nil Err is a backend error (a remote store
+	// failed or timed out) and Decision is its failure policy's answer.
+	Err      error
+	Decision engine.Decision
+}
+
+// RuleStats counts what one rule decided. Under MatchAll a request counts
+// once in each rule that admitted it, and a refused one only in the rules
+// that refused it. BackendErrors also counts in the outcome it came with.
+type RuleStats struct {
+	Rule          string
+	Allowed       uint64
+	Denied        uint64
+	DryRunDenied  uint64
+	KeyErrors     uint64
+	BackendErrors uint64
+}
+
+// RuleStats returns per-rule counters, in Options.Rules order and then the
+// default rule, summed over stripes (concurrent requests may be missed, as
+// with Stats). It allocates the slice and is meant for scrapes, not for
+// every request.
+func (m *Middleware) RuleStats() []RuleStats {
+	out := make([]RuleStats, 0, m.nRules)
+	add := func(ru *rule) {
+		rs := RuleStats{Rule: ru.name}
+		for s := range m.stripes {
+			c := m.ruleCounters(uint32(s), ru)
+			rs.Allowed += c.allowed.Load()
+			rs.Denied += c.denied.Load()
+			rs.DryRunDenied += c.dryRunDenied.Load()
+			rs.KeyErrors += c.keyErrors.Load()
+			rs.BackendErrors += c.backendErrors.Load()
+		}
+		out = append(out, rs)
+	}
+	for i := range m.rules {
+		add(&m.rules[i])
+	}
+	if m.def != nil {
+		add(m.def)
+	}
+	return out
+}
