@@ -1,0 +1,13 @@
+//go:build !(linux && (amd64 || arm64))
+
+package offheap
+
+// No mmap path on this platform: every kind falls back to Heap.
+var mmapSupported = false
+
+func newMapped(n int, _ Kind) (*Slab, error) { return newHeap(n), nil }
+
+func unmap([]byte) error { return nil }
+
+// AnonHugeBytes is -1: slabs are never mmap'd on this platform.
+func (s *Slab) AnonHugeBytes() int64 { return -1 }
