@@ -1,0 +1,218 @@
+package bench
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/slidelimit/slidelimit/bench/keyset"
+	"github.com/slidelimit/slidelimit/bench/measure"
+	"github.com/slidelimit/slidelimit/internal/keyhash"
+	"github.com/slidelimit/slidelimit/internal/offheap"
+)
+
+// The floor (issue 13): what one decision costs at the memory floor, on the
+// same key stream as BenchmarkAllow. A decision here is: hash the key
+// (keyhash, the hash the tables should use), probe a flat one-level
+// open-addressing table whose 16-byte slots hold the key's hash beside its
+// state word, and CAS the state word once. No window arithmetic, no clock,
+// no stats, no growth: whatever an engine scenario costs above its floor is
+// the price of its algorithm and bookkeeping, not of the memory system.
+//
+//	slot i:  word 2i   = hash (0 = empty; a hash of 0 is stored as 1)
+//	         word 2i+1 = state
+//
+// Four slots share a 64-byte line and the table is line-aligned, so a probe
+// that finds its key in the home slot touches one line. Capacity is the
+// power of two at or above 4/3 of the keys (load factor 0.38-0.75).
+//
+// Tables: heap (a Go slice: 4 KiB pages on Linux with THP in madvise mode),
+// offheap-4k (anonymous mmap, 4 KiB pages) and offheap-huge (mmap advised
+// MADV_HUGEPAGE); huge-frac reports the share of the table the kernel
+// actually backed with huge pages, so a run in which it could not is seen.
+var floorKinds = []struct {
+	name string
+	kind offheap.Kind
+}{
+	{"heap", offheap.Heap},
+	{"offheap-4k", offheap.Mmap},
+	{"offheap-huge", offheap.MmapHuge},
+}
+
+type floorTable struct {
+	slots []atomic.Uint64
+	mask  uint64 // slot count - 1
+	hash  keyhash.Hasher
+	slab  *offheap.Slab
+}
+
+func newFloorTable(b *testing.B, kind offheap.Kind, keys int) *floorTable {
+	b.Helper()
+	n := 1
+	for n*3 < keys*4 {
+		n <<= 1
+	}
+	slab, err := offheap.New(2*n, kind)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = slab.Free() })
+	w := slab.Words()
+	// Safety: atomic.Uint64 is a uint64 with alignment and no-copy guards;
+	// the words are 64-byte aligned and hold no pointers.
+	slots := unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&w[0])), len(w))
+	return &floorTable{slots: slots, mask: uint64(n - 1), hash: keyhash.New(), slab: slab}
+}
+
+func (t *floorTable) sum(key string) uint64 {
+	h := t.hash.Sum(key)
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// insert adds key if absent (single-threaded population only).
+func (t *floorTable) insert(key string) {
+	h := t.sum(key)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		switch t.slots[2*i].Load() {
+		case h:
+			return
+		case 0:
+			t.slots[2*i].Store(h)
+			return
+		}
+	}
+}
+
+// decide is the floor decision: hash, probe, one CAS on the state word.
+// It reports whether the key was found and its CAS won.
+func (t *floorTable) decide(key string) bool {
+	return t.decideHash(t.sum(key))
+}
+
+func (t *floorTable) decideHash(h uint64) bool {
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		switch t.slots[2*i].Load() {
+		case h:
+			st := &t.slots[2*i+1]
+			old := st.Load()
+			return st.CompareAndSwap(old, old+1)
+		case 0:
+			return false
+		}
+	}
+}
+
+func (t *floorTable) reportMemory(b *testing.B, keys int) {
+	b.ReportMetric(float64(t.slab.Bytes())/float64(keys), "table-B/key")
+	if t.slab.Kind() == offheap.MmapHuge {
+		if hb := t.slab.AnonHugeBytes(); hb >= 0 {
+			b.ReportMetric(float64(hb)/float64(t.slab.Bytes()), "huge-frac")
+		}
+	}
+}
+
+func BenchmarkFloor(b *testing.B) {
+	for _, fk := range floorKinds {
+		b.Run(fk.name, func(b *testing.B) {
+			b.Run("hot", func(b *testing.B) {
+				t := newFloorTable(b, fk.kind, 1)
+				t.insert("hot")
+				b.ReportAllocs()
+				allowed := 0
+				for b.Loop() {
+					if t.decide("hot") {
+						allowed++
+					}
+				}
+				measure.ReportAllowed(b, allowed)
+			})
+			for _, n := range sizes() {
+				b.Run("keys="+keyset.Size(n), func(b *testing.B) { benchFloorKeys(b, fk.kind, n) })
+			}
+		})
+	}
+}
+
+func benchFloorKeys(b *testing.B, kind offheap.Kind, n int) {
+	keys := keyset.Keys(n)
+	t := newFloorTable(b, kind, n)
+	for _, k := range keys {
+		t.insert(k)
+	}
+	for _, d := range []keyset.Dist{keyset.Uniform, keyset.Zipf} {
+		b.Run(string(d), func(b *testing.B) {
+			seq := keyset.Sequence(n, d)
+			mask := len(seq) - 1
+			b.ReportAllocs()
+			allowed, i := 0, 0
+			for b.Loop() {
+				if t.decide(keys[seq[i&mask]]) {
+					allowed++
+				}
+				i++
+			}
+			measure.ReportAllowed(b, allowed)
+			t.reportMemory(b, n)
+		})
+	}
+	if n >= 10_000_000 {
+		keyset.Drop()
+	}
+}
+
+// BenchmarkFloorBatch is the floor of a batch API (AllowMany): the caller
+// hands over a batch of keys; phase one hashes each and loads its home slot
+// (independent loads, so the CPU overlaps their cache misses), phase two
+// probes and CASes, now mostly from cache. ns/key is comparable with
+// BenchmarkFloor's ns/op; batch=1 is the same code without overlap.
+func BenchmarkFloorBatch(b *testing.B) {
+	const maxBatch = 32
+	for _, fk := range floorKinds {
+		for _, n := range sizes() {
+			if n < 100_000 {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/keys=%s/uniform", fk.name, keyset.Size(n)), func(b *testing.B) {
+				keys := keyset.Keys(n)
+				seq := keyset.Sequence(n, keyset.Uniform)
+				mask := len(seq) - 1
+				t := newFloorTable(b, fk.kind, n)
+				for _, k := range keys {
+					t.insert(k)
+				}
+				for _, batch := range []int{1, 8, 32} {
+					b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+						var hs, first [maxBatch]uint64
+						b.ReportAllocs()
+						allowed, i := 0, 0
+						for b.Loop() {
+							for j := range batch {
+								h := t.sum(keys[seq[(i+j)&mask]])
+								hs[j] = h
+								first[j] = t.slots[2*(h&t.mask)].Load()
+							}
+							for j := range batch {
+								if first[j] == 0 {
+									continue // absent: no probe needed
+								}
+								if t.decideHash(hs[j]) {
+									allowed++
+								}
+							}
+							i += batch
+						}
+						b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/key")
+						b.ReportMetric(float64(allowed)/float64(b.N*batch), "allowed/key")
+					})
+				}
+				if n >= 10_000_000 {
+					keyset.Drop()
+				}
+			})
+		}
+	}
+}
