@@ -47,6 +47,11 @@ const (
 	wordBytes    = int(unsafe.Sizeof(uint64(0)))
 )
 
+// MaxWords is the largest slab New accepts: 2^44 words (128 TiB) on 64-bit
+// systems, below their address-space limit, so that an absurd size is an
+// ErrSize, not a runtime panic in make; just under 2 GiB on 32-bit ones.
+const MaxWords = min(1<<44, (math.MaxInt-2*HugePageSize)/8) // 8: bytes per word
+
 // ErrSize reports a slab size New cannot allocate (zero, negative, or more
 // bytes than an int holds).
 var ErrSize = errors.New("offheap: invalid size")
@@ -62,8 +67,8 @@ type Slab struct {
 // back to (Slab.Kind). It fails on n <= 0, on sizes that overflow, and when
 // the OS refuses the mapping (the error wraps the errno, e.g. ENOMEM).
 func New(n int, k Kind) (*Slab, error) {
-	if n <= 0 || n > (math.MaxInt-HugePageSize)/wordBytes {
-		return nil, fmt.Errorf("%w: words must be in [1, %d], got %d", ErrSize, (math.MaxInt-HugePageSize)/wordBytes, n)
+	if n <= 0 || n > MaxWords {
+		return nil, fmt.Errorf("%w: words must be in [1, %d], got %d", ErrSize, MaxWords, n)
 	}
 	if k > MmapHuge {
 		return nil, fmt.Errorf("offheap: unknown kind %d", uint8(k))

@@ -93,7 +93,7 @@ func TestNewKinds(t *testing.T) {
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
-	for _, n := range []int{0, -1, math.MaxInt, math.MaxInt / 8} {
+	for _, n := range []int{0, -1, math.MaxInt, math.MaxInt / 8, MaxWords + 1} {
 		if _, err := New(n, Heap); !errors.Is(err, ErrSize) {
 			t.Errorf("New(%d): err = %v, want ErrSize", n, err)
 		}
