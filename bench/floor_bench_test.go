@@ -6,6 +6,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/slidelimit/slidelimit/bench/keyset"
 	"github.com/slidelimit/slidelimit/bench/measure"
 	"github.com/slidelimit/slidelimit/internal/keyhash"
@@ -74,8 +76,9 @@ func (t *floorTable) sum(key string) uint64 {
 }
 
 // insert adds key if absent (single-threaded population only).
-func (t *floorTable) insert(key string) {
-	h := t.sum(key)
+func (t *floorTable) insert(key string) { t.insertHash(t.sum(key)) }
+
+func (t *floorTable) insertHash(h uint64) {
 	for i := h & t.mask; ; i = (i + 1) & t.mask {
 		switch t.slots[2*i].Load() {
 		case h:
@@ -256,6 +259,143 @@ func BenchmarkFloorBatch(b *testing.B) {
 					keyset.Drop()
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkFloorVariants splits the engine's distance to the floor into its
+// table layout and its hash, on the heap and the same key stream:
+//
+//   - 1level: BenchmarkFloor's table (hash beside state, one line per probe);
+//   - 2level: today's shard layout reduced to its memory accesses: a probe
+//     in an index of 4-byte entries (8-bit tag, 24-bit record number), then
+//     the record (hash, state) in a separate array: two random lines;
+//
+// each with hash=maphash (keyhash) and hash=xxhash-digest (today's
+// shard.Table.Hash: a seeded xxhash.Digest).
+func BenchmarkFloorVariants(b *testing.B) {
+	for _, n := range sizes() {
+		if n < 100_000 {
+			continue
+		}
+		keys := keyset.Keys(n)
+		seq := keyset.Sequence(n, keyset.Uniform)
+		mask := len(seq) - 1
+		for _, layout := range []string{"1level", "2level"} {
+			for _, hash := range []string{"maphash", "xxhash-digest"} {
+				b.Run(fmt.Sprintf("%s/hash=%s/keys=%s/uniform", layout, hash, keyset.Size(n)), func(b *testing.B) {
+					v := newVariantTable(b, n, layout == "2level", hash == "xxhash-digest")
+					for _, k := range keys {
+						v.insert(k)
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					allowed, i := 0, 0
+					for b.Loop() {
+						if v.decide(keys[seq[i&mask]]) {
+							allowed++
+						}
+						i++
+					}
+					measure.ReportAllowed(b, allowed)
+				})
+			}
+		}
+		if n >= 10_000_000 {
+			keyset.Drop()
+		}
+	}
+}
+
+// variantTable is floorTable with a switchable layout and hash (branches on
+// two bools that the predictor gets right every time, not func values).
+type variantTable struct {
+	flat    *floorTable     // 1level
+	index   []atomic.Uint32 // 2level: tag<<24 | record number+1, 0 = empty
+	records []atomic.Uint64 // 2level: record r at 2r (hash), 2r+1 (state)
+	imask   uint64
+	nrec    int
+	twoLvl  bool
+	xx      bool
+	seed    uint64
+}
+
+func newVariantTable(b *testing.B, keys int, twoLevel, xx bool) *variantTable {
+	v := &variantTable{twoLvl: twoLevel, xx: xx, seed: 0x9E3779B97F4A7C15}
+	if !twoLevel {
+		v.flat = newFloorTable(b, offheap.Heap, keys)
+		return v
+	}
+	n := 1
+	for n*3 < keys*4 {
+		n <<= 1
+	}
+	v.index = make([]atomic.Uint32, n)
+	v.imask = uint64(n - 1)
+	v.records = make([]atomic.Uint64, 2*keys)
+	return v
+}
+
+func (v *variantTable) sum(key string) uint64 {
+	var h uint64
+	if v.xx {
+		var d xxhash.Digest
+		d.ResetWithSeed(v.seed)
+		_, _ = d.WriteString(key)
+		h = d.Sum64()
+	} else if v.flat != nil {
+		h = v.flat.hash.Sum(key)
+	} else {
+		h = variantHasher.Sum(key)
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+var variantHasher = keyhash.New()
+
+func (v *variantTable) insert(key string) {
+	h := v.sum(key)
+	if !v.twoLvl {
+		v.flat.insertHash(h)
+		return
+	}
+	tg := uint32(h>>56) << 24
+	for i := (h >> 8) & v.imask; ; i = (i + 1) & v.imask {
+		e := v.index[i].Load()
+		if e == 0 {
+			r := v.nrec
+			v.nrec++
+			v.records[2*r].Store(h)
+			v.index[i].Store(tg | uint32(r+1))
+			return
+		}
+		if e&0xff000000 == tg && v.records[2*int(e&0xffffff-1)].Load() == h {
+			return
+		}
+	}
+}
+
+func (v *variantTable) decide(key string) bool {
+	h := v.sum(key)
+	if !v.twoLvl {
+		return v.flat.decideHash(h)
+	}
+	tg := uint32(h>>56) << 24
+	for i := (h >> 8) & v.imask; ; i = (i + 1) & v.imask {
+		e := v.index[i].Load()
+		if e == 0 {
+			return false
+		}
+		if e&0xff000000 == tg {
+			r := int(e&0xffffff - 1)
+			if v.records[2*r].Load() == h {
+				st := &v.records[2*r+1]
+				old := st.Load()
+				return st.CompareAndSwap(old, old+1)
+			}
 		}
 	}
 }
