@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math/bits"
 	"sync/atomic"
 	"testing"
 	"unsafe"
@@ -266,7 +267,11 @@ func BenchmarkFloorBatch(b *testing.B) {
 // BenchmarkFloorVariants splits the engine's distance to the floor into its
 // table layout and its hash, on the heap and the same key stream:
 //
-//   - 1level: BenchmarkFloor's table (hash beside state, one line per probe);
+//   - 1level: BenchmarkFloor's table (hash beside state, one line per probe,
+//     power-of-two capacity, load 0.38-0.75);
+//   - 1level-dense: the same slots at load 0.8 in a table of any size, the
+//     home slot picked by fastrange (the high word of hash*slots) instead
+//     of a mask: 20 B/key whatever the key count;
 //   - 2level: today's shard layout reduced to its memory accesses: a probe
 //     in an index of 4-byte entries (8-bit tag, 24-bit record number), then
 //     the record (hash, state) in a separate array: two random lines;
@@ -281,10 +286,10 @@ func BenchmarkFloorVariants(b *testing.B) {
 		keys := keyset.Keys(n)
 		seq := keyset.Sequence(n, keyset.Uniform)
 		mask := len(seq) - 1
-		for _, layout := range []string{"1level", "2level"} {
+		for _, layout := range []string{"1level", "1level-dense", "2level"} {
 			for _, hash := range []string{"maphash", "xxhash-digest"} {
 				b.Run(fmt.Sprintf("%s/hash=%s/keys=%s/uniform", layout, hash, keyset.Size(n)), func(b *testing.B) {
-					v := newVariantTable(b, n, layout == "2level", hash == "xxhash-digest")
+					v := newVariantTable(b, n, layout, hash == "xxhash-digest")
 					for _, k := range keys {
 						v.insert(k)
 					}
@@ -311,6 +316,8 @@ func BenchmarkFloorVariants(b *testing.B) {
 // two bools that the predictor gets right every time, not func values).
 type variantTable struct {
 	flat    *floorTable     // 1level
+	dense   []atomic.Uint64 // 1level-dense: slot i at 2i (hash), 2i+1 (state)
+	nslots  uint64          // 1level-dense
 	index   []atomic.Uint32 // 2level: tag<<24 | record number+1, 0 = empty
 	records []atomic.Uint64 // 2level: record r at 2r (hash), 2r+1 (state)
 	imask   uint64
@@ -320,10 +327,15 @@ type variantTable struct {
 	seed    uint64
 }
 
-func newVariantTable(b *testing.B, keys int, twoLevel, xx bool) *variantTable {
-	v := &variantTable{twoLvl: twoLevel, xx: xx, seed: 0x9E3779B97F4A7C15}
-	if !twoLevel {
+func newVariantTable(b *testing.B, keys int, layout string, xx bool) *variantTable {
+	v := &variantTable{twoLvl: layout == "2level", xx: xx, seed: 0x9E3779B97F4A7C15}
+	switch layout {
+	case "1level":
 		v.flat = newFloorTable(b, offheap.Heap, keys)
+		return v
+	case "1level-dense":
+		v.nslots = uint64(keys*5/4 + 1)
+		v.dense = make([]atomic.Uint64, 2*v.nslots)
 		return v
 	}
 	n := 1
@@ -358,6 +370,17 @@ var variantHasher = keyhash.New()
 
 func (v *variantTable) insert(key string) {
 	h := v.sum(key)
+	if v.dense != nil {
+		for i, _ := bits.Mul64(h, v.nslots); ; i = v.next(i) {
+			switch v.dense[2*i].Load() {
+			case h:
+				return
+			case 0:
+				v.dense[2*i].Store(h)
+				return
+			}
+		}
+	}
 	if !v.twoLvl {
 		v.flat.insertHash(h)
 		return
@@ -378,8 +401,28 @@ func (v *variantTable) insert(key string) {
 	}
 }
 
+// next is the dense table's linear probe step, wrapping without a mask.
+func (v *variantTable) next(i uint64) uint64 {
+	if i++; i == v.nslots {
+		return 0
+	}
+	return i
+}
+
 func (v *variantTable) decide(key string) bool {
 	h := v.sum(key)
+	if v.dense != nil {
+		for i, _ := bits.Mul64(h, v.nslots); ; i = v.next(i) {
+			switch v.dense[2*i].Load() {
+			case h:
+				st := &v.dense[2*i+1]
+				old := st.Load()
+				return st.CompareAndSwap(old, old+1)
+			case 0:
+				return false
+			}
+		}
+	}
 	if !v.twoLvl {
 		return v.flat.decideHash(h)
 	}
