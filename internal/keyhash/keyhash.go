@@ -27,9 +27,13 @@
 // pass through unchanged; elsewhere a wyhash-style mix of the input with
 // secret per-process keys. It is not a proven PRF (SipHash would be one; it
 // is not in the standard library), but it is the defence every Go map
-// relies on, with no known seed-independent collision. It is also as fast as or faster than
-// xxhash at every key length we measured (BenchmarkHash), and much faster
-// than seeded xxhash through a Digest.
+// relies on, with no known seed-independent collision.
+//
+// It is also fast (BenchmarkHash, 2-core EPYC, medians of 6 interleaved
+// counts): 6.2-7.3 ns for keys of 8-64 bytes in cache, against 10.3-17.2 ns
+// for today's seeded xxhash Digest and 4.6-12.2 ns for a seeded one-shot
+// xxhash (which wins by about 1.6 ns at 8 bytes and loses from 32 bytes);
+// on a stream of a million random keys 64-117 ns against 102-364 ns.
 //
 // # Contract
 //

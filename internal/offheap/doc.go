@@ -15,6 +15,11 @@
 //     kernel backs it with 2 MiB pages where it can: one TLB entry covers
 //     512 times more table.
 //
+// Size: a Heap slab is a make, so a size the machine cannot hold ends the
+// process as any failed Go allocation does; mmap'd kinds return the
+// kernel's ENOMEM as an error. Callers bound the size first (the engine's
+// MaxMemory); MaxWords only rejects sizes no platform could map.
+//
 // New never fails because a kind is unsupported: where mmap is not
 // available (not Linux, not a 64-bit platform we build the mmap path for)
 // it falls back to Heap; where huge pages are unavailable (THP "never",
