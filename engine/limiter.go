@@ -32,6 +32,13 @@ type Limiter struct {
 
 	stats *stats
 
+	// The wrap guard (see Time in the package doc): before deciding at a
+	// time rel >= sweepDue, the Limiter sweeps at that time, so that no
+	// live state is ever older than the packed time fields can tell.
+	sweepDue atomic.Int64
+	guard    int64 // ns between guaranteed sweeps, in decision time
+	sweepMu  sync.Mutex
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 	done      chan struct{}
@@ -49,10 +56,9 @@ type stripe struct {
 }
 
 type stats struct {
-	s         [statStripes]stripe
-	inserts   atomic.Uint64
-	reclaimed atomic.Uint64
-	overflow  atomic.Uint64
+	s        [statStripes]stripe
+	inserts  atomic.Uint64
+	overflow atomic.Uint64
 }
 
 func (s *stats) count(h uint64, allowed bool) {
@@ -89,28 +95,27 @@ func New(cfg Config) (*Limiter, error) {
 		l.ticks = fastdiv.New(uint64(l.res))
 		l.wq = uint32((int64(c.Window) + l.res - 1) / l.res)
 		l.ring = ring.New(c.Limit, l.wq, c.Penalty)
+		// See catchUp: 2 x 2^30 + Wq + 1 < 2^32 - ring.LateMax (Wq < 2^29).
+		l.guard = satMul(1<<30, l.res)
 	} else {
 		l.counter = atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)
+		// See catchUp: 2 x 2^22 + 2 < 2^24 - atomiccounter.LateWindows.
+		l.guard = satMul(1<<22, int64(c.Window))
 	}
+	l.sweepDue.Store(l.guard)
 	recBytes := int64(shard.RecordBytes + 4*slots)
 	perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
 	if perShard < 1 {
 		return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
 			c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
 	}
+	maxKeys := min(perShard*int64(c.Shards), int64(c.Shards)*shard.MaxRecordsPerShard)
 	if c.MaxKeys > 0 {
-		// MaxKeys is a cap: split it evenly (rounding down), with fewer
-		// shards when there are fewer keys than shards.
-		for c.Shards > 1 && c.MaxKeys < c.Shards {
-			c.Shards /= 2
-		}
-		perShard = min(perShard, int64(c.MaxKeys/c.Shards))
-		l.cfg.Shards = c.Shards
+		maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
 	}
-	perShard = min(perShard, shard.MaxRecordsPerShard)
-	maxKeys := perShard * int64(c.Shards)
 	l.cfg.MaxKeys = int(maxKeys)
-	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes})
+	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
+		Idle: l.idle, Now: func() int64 { return l.rel(l.Now()) }, Rescan: max(l.window/8, 1)})
 	if l.clock == nil {
 		coarseAcquire()
 		l.epoch = coarseNow()
@@ -161,7 +166,52 @@ func (l *Limiter) rel(now int64) int64 {
 	if now <= l.epoch {
 		return 0 // before the epoch: counts as the epoch
 	}
-	return now - l.epoch
+	if d := now - l.epoch; d > 0 {
+		return d
+	}
+	return math.MaxInt64 // overflowed: a negative epoch and a time near MaxInt64
+}
+
+// satMul is a*b for a, b >= 0, saturating at MaxInt64.
+func satMul(a, b int64) int64 {
+	if b != 0 && a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// catchUp runs the wrap guard's sweep before a decision at rel >= sweepDue:
+// rare (once per guard span of decision time) and only when the background
+// sweep has not run in that span (closed, a long SweepInterval, times that
+// jump).
+//
+// Why it suffices: the last sweep, at S = sweepDue - guard, left only
+// states written within a window of S; every decision since had a time
+// below sweepDue = S + guard (a later one waits here), and a late request
+// never moves a state's time back, so every state's newest time now lies in
+// [S - Window, S + guard) (plus lateness, at most LateMax/LateWindows). If
+// rel < S + 2 x guard, every age is below 2 x guard + Window, which the
+// packed fields read unambiguously (see ring and atomiccounter), so an
+// ordinary sweep at rel is exact. If rel is further on, every state is more
+// than a guard span (far more than a Window) older than rel: all are idle,
+// and the sweep frees them without reading their (possibly wrapped) times.
+func (l *Limiter) catchUp(rel int64) {
+	l.sweepMu.Lock()
+	if due := l.sweepDue.Load(); rel >= due {
+		l.sweepAt(rel, rel-due >= l.guard)
+	}
+	l.sweepMu.Unlock()
+}
+
+// sweepAt sweeps at the later of rel and the clock, and moves the guard on.
+// Under sweepMu.
+func (l *Limiter) sweepAt(rel int64, total bool) int {
+	at := max(rel, l.rel(l.Now()))
+	n := l.table.Sweep(at, total)
+	if due := at + min(l.guard, math.MaxInt64-at); due > l.sweepDue.Load() {
+		l.sweepDue.Store(due)
+	}
+	return n
 }
 
 // Config returns the configuration with defaults filled in (MaxKeys is the
@@ -175,6 +225,9 @@ func (l *Limiter) Allow(key string) bool {
 	// was a third of the time of a hot-key Allow; everything else (new key,
 	// a record freed under us, an expired ring) takes the full path.
 	rel := l.rel(l.Now())
+	if rel >= l.sweepDue.Load() {
+		l.catchUp(rel)
+	}
 	h := l.table.Hash(key)
 	if _, rec, slots := l.table.Lookup(h); rec != nil {
 		var ok bool
@@ -186,7 +239,7 @@ func (l *Limiter) Allow(key string) bool {
 			ok = st == atomiccounter.Allowed
 		} else {
 			st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
-			if st == ring.Stale || st == ring.Expired {
+			if st == ring.Stale || st == ring.Idle {
 				return l.decide(h, 1, rel, false).Allowed
 			}
 			ok = st == ring.Allowed
@@ -246,6 +299,9 @@ func (l *Limiter) take(key string, n int, rel int64, detail bool) Decision {
 
 // decide is take for a valid n and the key's hash h.
 func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
+	if rel >= l.sweepDue.Load() {
+		l.catchUp(rel)
+	}
 	for {
 		s, rec, slots := l.table.Lookup(h)
 		if rec != nil {
@@ -263,8 +319,10 @@ func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
 				}
 			} else {
 				st, out := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), detail)
-				if st == ring.Expired {
-					l.expire(s, h, rel)
+				if st == ring.Idle {
+					// Nothing in the ring counts: free the record (if it is
+					// still idle, see package shard) and recreate the key.
+					l.table.FreeKey(h, rel)
 					continue
 				}
 				if st != ring.Stale {
@@ -302,9 +360,6 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, 
 	}
 	ref, readyAt, ok := t.Alloc(s, rel)
 	if !ok {
-		ref, readyAt, ok = l.reclaimOne(s, rel)
-	}
-	if !ok {
 		s.Unlock()
 		l.stats.overflow.Add(1)
 		allowed := l.cfg.Overflow == OverflowAllow
@@ -316,8 +371,10 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, 
 	}
 	// Date the new key no earlier than the moment its record's previous
 	// owner went empty: then the previous owner's late writers find values
-	// newer than theirs and do nothing (see the package doc).
-	at := max(rel, readyAt)
+	// newer than theirs and do nothing (see package shard). And no earlier
+	// than the clock: a stale time must not create state that later times
+	// read as ahead of them (see Time in the package doc).
+	at := max(rel, readyAt, l.rel(l.Now()))
 	rec, slots := t.Record(s, ref)
 	rec.Hash.Store(h) // before State: a reader that sees the new State sees the new Hash
 	var d Decision
@@ -339,8 +396,8 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, 
 	return d, true
 }
 
-// idle reports whether the record state w holds nothing at rel, and when a
-// state that is not idle will be.
+// idle is the table's idle test (see package shard): whether state w holds
+// nothing at rel or later, and when a state that is not idle will be.
 func (l *Limiter) idle(w uint64, rel int64) (idle bool, readyAt int64) {
 	if l.alg == SlidingCounter {
 		if l.counter.Idle(w, rel) {
@@ -348,82 +405,11 @@ func (l *Limiter) idle(w uint64, rel int64) (idle bool, readyAt int64) {
 		}
 		return false, l.counter.ReadyAt(w, rel)
 	}
-	if l.ring.Idle(w, l.tick(rel)) {
+	if l.ring.IsIdle(w, l.tick(rel)) {
 		return true, rel
 	}
 	d := int64(l.ring.ReadyAt(w) - l.tick(rel)) // ticks ahead, < 2^31
-	return false, rel - rel%l.res + int64(uint32(d))*l.res
-}
-
-// reclaimBudget is how many records an insert into a full shard examines
-// for an idle one before giving up.
-const reclaimBudget = 64
-
-// reclaimOne frees one idle record of a full shard for a new key (lazy
-// reuse). Under the shard lock.
-func (l *Limiter) reclaimOne(s *shard.Shard, rel int64) (ref uint32, readyAt int64, ok bool) {
-	if rel < s.IdleHint() {
-		return 0, 0, false
-	}
-	soonest := int64(math.MaxInt64)
-	l.table.Scan(s, reclaimBudget, func(r uint32) bool {
-		if l.tryKill(s, r, rel, &soonest) {
-			ref, ok = r, true
-			return false
-		}
-		return true
-	})
-	if ok {
-		return ref, rel, true
-	}
-	// Nothing idle among the records scanned. Skip further scans until the
-	// soonest of them goes idle, but rescan at least 8 times per window:
-	// the scan saw only a sample, and records elsewhere may go idle sooner.
-	s.SetIdleHint(min(soonest, rel+max(l.window/8, 1)))
-	return 0, 0, false
-}
-
-// tryKill frees record r if it is idle at rel (removing its key from the
-// index); otherwise it lowers *soonest to when r will be idle.
-func (l *Limiter) tryKill(s *shard.Shard, r uint32, rel int64, soonest *int64) bool {
-	rec, _ := l.table.Record(s, r)
-	w := rec.State.Load()
-	if w == l.freeWord() {
-		return false
-	}
-	idle, ready := l.idle(w, rel)
-	if !idle {
-		*soonest = min(*soonest, ready)
-		return false
-	}
-	// CAS, not Store: a request may have just made the key active again.
-	if !rec.State.CompareAndSwap(w, l.freeWord()) {
-		return false
-	}
-	l.table.Remove(s, rec.Hash.Load(), r)
-	l.stats.reclaimed.Add(1)
-	return true
-}
-
-// expire frees the record of a key whose state is too old to read (its
-// ticks wrapped: it sat idle and unswept for 2^31 ticks), so that the caller
-// recreates it empty. Such a state is idle, so freeing it is safe.
-func (l *Limiter) expire(s *shard.Shard, h uint64, rel int64) {
-	s.Lock()
-	defer s.Unlock()
-	if ref, ok := l.table.Find(s, h); ok {
-		soonest := int64(math.MaxInt64)
-		if l.tryKill(s, ref, rel, &soonest) {
-			l.table.Release(s, ref, rel, rel)
-		}
-	}
-}
-
-func (l *Limiter) freeWord() uint64 {
-	if l.alg == SlidingCounter {
-		return atomiccounter.Free
-	}
-	return ring.Dead
+	return false, rel - rel%l.res + satMul(int64(uint32(d)), l.res)
 }
 
 func (l *Limiter) peek(key string, rel int64) Decision {
@@ -451,9 +437,8 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 			return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
 		}
 		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
-		if st == ring.Expired {
-			l.expire(s, h, rel)
-			continue
+		if st == ring.Idle { // nothing counts; Peek changes nothing, not even this
+			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
 		}
 		if st == ring.Stale {
 			s.Lock()
@@ -480,34 +465,32 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 func (l *Limiter) Reset(key string) {
 	h := l.table.Hash(key)
 	rel := l.rel(l.Now())
-	if l.alg == SlidingCounter {
-		_, rec, _ := l.table.Lookup(h)
+	if l.alg == SlidingLog {
+		l.table.Forget(h, rel)
+		return
+	}
+	for {
+		s, rec, _ := l.table.Lookup(h)
 		if rec == nil {
-			return // a key being created now is created empty anyway
+			// A lock-free miss is not final (an index shift by a removal
+			// in the same shard): confirm it under the lock.
+			s.Lock()
+			_, found := l.table.Find(s, h)
+			s.Unlock()
+			if !found {
+				return // a key being created now is created empty anyway
+			}
+			continue
 		}
 		emptied := l.counter.Emptied(rel)
 		for {
 			w := rec.State.Load()
-			if w == atomiccounter.Free || rec.Hash.Load() != h || rec.State.CompareAndSwap(w, emptied) {
+			if w == atomiccounter.Free || rec.Hash.Load() != h {
+				break // freed or reused under us: look again
+			}
+			if rec.State.CompareAndSwap(w, emptied) {
 				return
 			}
-		}
-	}
-	s := l.table.Shard(h)
-	s.Lock()
-	defer s.Unlock()
-	ref, ok := l.table.Find(s, h)
-	if !ok {
-		return
-	}
-	rec, _ := l.table.Record(s, ref)
-	for {
-		w := rec.State.Load()
-		_, ready := l.idle(w, rel)
-		if rec.State.CompareAndSwap(w, l.freeWord()) {
-			l.table.Remove(s, h, ref)
-			l.table.Release(s, ref, ready, rel)
-			return
 		}
 	}
 }
@@ -524,7 +507,7 @@ func (l *Limiter) Len() int {
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
-		Inserts: l.stats.inserts.Load(), Reclaimed: l.stats.reclaimed.Load(), Overflow: l.stats.overflow.Load()}
+		Inserts: l.stats.inserts.Load(), Reclaimed: l.table.Reclaimed(), Overflow: l.stats.overflow.Load()}
 	for i := range l.stats.s {
 		st.Allowed += l.stats.s[i].allowed.Load()
 		st.Denied += l.stats.s[i].denied.Load()
@@ -550,10 +533,6 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// sweepBatch bounds how many records a sweep examines per lock hold, so an
-// insert into the shard being swept waits microseconds, not a whole sweep.
-const sweepBatch = 512
-
 func (l *Limiter) sweepLoop() {
 	defer l.swept.Done()
 	t := time.NewTicker(l.cfg.SweepInterval)
@@ -569,28 +548,16 @@ func (l *Limiter) sweepLoop() {
 }
 
 // Sweep reclaims every idle key now (the background sweep calls it every
-// SweepInterval). It returns the number of keys reclaimed.
+// SweepInterval). It returns the number of keys reclaimed. Each key is
+// judged idle or not with a clock reading taken after its state was read
+// (package shard), so a sweep that takes longer than a window never frees
+// a key that became active while it ran.
 func (l *Limiter) Sweep() int {
+	l.sweepMu.Lock()
+	defer l.sweepMu.Unlock()
 	rel := l.rel(l.Now())
-	total := 0
-	for i := 0; i < l.table.Shards(); i++ {
-		s := l.table.ShardAt(i)
-		for start := 0; ; start += sweepBatch {
-			s.Lock()
-			n := s.Allocated()
-			if start >= n {
-				s.Unlock()
-				break
-			}
-			soonest := int64(math.MaxInt64)
-			for r := start; r < min(n, start+sweepBatch); r++ {
-				if l.tryKill(s, uint32(r), rel, &soonest) {
-					l.table.Release(s, uint32(r), rel, rel)
-					total++
-				}
-			}
-			s.Unlock()
-		}
+	if due := l.sweepDue.Load(); rel >= due {
+		return l.sweepAt(rel, rel-due >= l.guard) // as catchUp would
 	}
-	return total
+	return l.sweepAt(rel, false)
 }

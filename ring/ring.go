@@ -43,9 +43,28 @@
 // tick that is already later than anything the old key wrote (see package
 // engine), so stale writes cannot reach into the new key's window.
 //
-// Ticks are compared with wrap-around arithmetic (uint32 differences), which
-// is exact while every tick compared is less than 2^31 ticks old; package
-// engine picks the tick length so that this holds (see Resolution there).
+// # Time: late, idle, wrapped
+//
+// Ticks are 32-bit and compared with wrap-around arithmetic. For a request
+// at tick now on a key whose newest tick is last, d = now - last (mod 2^32)
+// reads as one of three things:
+//
+//   - d in [0, Wq]: the window holds entries; the request counts at now.
+//   - d in [2^32 - LateMax, 2^32): now is behind last by at most LateMax
+//     ticks (a goroutine that read the clock before a concurrent one, a
+//     stale AllowAt or Peek, a sweep that read the clock long ago). It
+//     counts at last: a key's time never goes back, and its state is
+//     never judged empty by a time older than its newest entry.
+//   - otherwise, d in (Wq, 2^32 - LateMax): last is more than a window old,
+//     so nothing in the ring counts (Idle). Take and Peek report Idle
+//     without touching the ring; the engine recreates the key empty. Never
+//     writing a new request into a ring whose entries are all old keeps the
+//     span of a live ring's ticks below (Limit+1) x (Wq+1), far below 2^31,
+//     which is what makes the int32 comparisons in raise exact.
+//
+// The middle reading is unambiguous only while no live key is older than
+// 2^32 - LateMax - Wq ticks at the time of a request; package engine sweeps
+// often enough (in decision time, not only on its timer) to ensure it.
 package ring
 
 import (
@@ -54,6 +73,10 @@ import (
 
 // MaxLimit is the largest ring size.
 const MaxLimit = 0xFFFF
+
+// LateMax is how far (in ticks) a request's time may be behind its key's
+// newest tick and still count at the newest; see "Time" above.
+const LateMax = 1 << 30
 
 // Dead is the head word of a record that holds no key.
 const Dead = uint64(0xFFFF) << 16
@@ -88,7 +111,7 @@ const (
 	Denied  Status = iota // not admitted (recorded only in Penalty mode)
 	Allowed               // admitted and recorded
 	Stale                 // the record is free or belongs to another key: look the key up again
-	Expired               // the state is older than ticks can tell (wrapped): recreate the key
+	Idle                  // nothing in the ring counts any more: recreate the key empty
 )
 
 // Outcome describes a decision for the Decision fields. Delays are in
@@ -100,20 +123,16 @@ type Outcome struct {
 }
 
 // effective returns the tick a request at now counts at: now, or the
-// key's newest tick if that is later (time never goes back for a key: a
-// request that read the clock before a concurrent one and lost the race
-// counts at the later tick, so the ring stays sorted). A newest tick more
-// than a window ahead of now is no race: it is so old that 32-bit ticks
-// wrapped (the key sat unswept for 2^31 ticks), and the state is expired.
-func (r *Ring) effective(now, last uint32) (t uint32, expired bool) {
-	ahead := int32(last - now)
-	if ahead <= 0 {
+// key's newest tick if now is behind it (see "Time"); idle when the ring
+// holds nothing that counts at now.
+func (r *Ring) effective(now, last uint32) (t uint32, idle bool) {
+	switch d := now - last; {
+	case d <= r.wq:
 		return now, false
+	case d >= 1<<32-LateMax:
+		return last, false
 	}
-	if ahead > int32(r.wq) {
-		return 0, true
-	}
-	return last, false
+	return 0, true
 }
 
 // inWindow reports whether tick ts counts at tick t.
@@ -161,9 +180,9 @@ func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
-		t, expired := r.effective(now, last)
-		if expired {
-			return Expired, Outcome{}
+		t, idle := r.effective(now, last)
+		if idle {
+			return Idle, Outcome{}
 		}
 		old := r.at(slots, last, next, batch, n-1)
 		ok := !r.inWindow(t, old)
@@ -222,9 +241,9 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
-		t, expired := r.effective(now, last)
-		if expired {
-			return Expired, Outcome{}
+		t, idle := r.effective(now, last)
+		if idle {
+			return Idle, Outcome{Remaining: r.limit}
 		}
 		ok := !r.inWindow(t, r.at(slots, last, next, batch, 0))
 		out := r.describe(slots, last, next, batch, now, t, 1, ok, false)
@@ -307,14 +326,15 @@ func (r *Ring) First(slots []atomic.Uint32, now, n uint32) uint64 {
 	return Pack(now, next, n)
 }
 
-// Idle reports whether head word h holds nothing that counts at tick now.
-func (r *Ring) Idle(h uint64, now uint32) bool {
+// IsIdle reports whether head word h holds nothing that counts at tick now
+// or later (see "Time": a head newer than now is never idle).
+func (r *Ring) IsIdle(h uint64, now uint32) bool {
 	if h == Dead {
 		return false
 	}
 	last, _, _ := Unpack(h)
-	age := int32(now - last)
-	return age > int32(r.wq) || age < -int32(r.wq) // empty window, or wrapped (see effective)
+	_, idle := r.effective(now, last)
+	return idle
 }
 
 // ReadyAt returns the tick from which head word h holds nothing.
