@@ -173,14 +173,14 @@ func satMul(a, b uint64) uint64 {
 
 func satAdd(a, b uint64) uint64 { return min(a+b, 1<<62) } // a, b <= 2^62: no overflow
 
-// Admits reports whether prev*(W-e)/W + cur + n <= Limit, exactly.
-func (c *Counter) admits(s *Snapshot, n uint32) bool {
+// admits reports whether prev*(W-e)/W + cur + n <= limit, exactly.
+func (c *Counter) admits(s *Snapshot, n uint32, limit uint64) bool {
 	// lhs = prev*(W-e) + (cur+n)*W, rhs = limit*W; all < 2^85, in 128 bits.
 	h1, l1 := bits.Mul64(uint64(s.Prev), c.window-s.Elapsed)
 	h2, l2 := bits.Mul64(uint64(s.Cur)+uint64(n), c.window)
 	lo, carry := bits.Add64(l1, l2, 0)
 	hi := h1 + h2 + carry
-	rh, rl := bits.Mul64(c.limit, c.window)
+	rh, rl := bits.Mul64(limit, c.window)
 	return hi < rh || (hi == rh && lo <= rl)
 }
 
@@ -188,6 +188,13 @@ func (c *Counter) admits(s *Snapshot, n uint32) bool {
 // is st and whose identity word is id, expected to hold hash. now is ns
 // since the epoch.
 func (c *Counter) Take(st, id *atomic.Uint64, hash uint64, now int64, n uint32) (Status, Snapshot) {
+	return c.TakeLimit(st, id, hash, now, n, c.limit)
+}
+
+// TakeLimit is Take with a limit for this call (1 <= n <= limit <=
+// MaxCount) instead of the Counter's: the formula's Limit is limit. Counts
+// are the key's, shared by calls with any limit.
+func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uint32, limit uint64) (Status, Snapshot) {
 	win, el := c.At(now)
 	for {
 		w := st.Load()
@@ -196,7 +203,7 @@ func (c *Counter) Take(st, id *atomic.Uint64, hash uint64, now int64, n uint32) 
 		}
 		s := Snapshot{Window: win, Elapsed: el}
 		c.roll(w, &s)
-		ok := c.admits(&s, n)
+		ok := c.admits(&s, n, limit)
 		if !ok && !c.penalty {
 			return Denied, s
 		}
@@ -222,7 +229,7 @@ func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, S
 	}
 	s := Snapshot{Window: win, Elapsed: el}
 	c.roll(w, &s)
-	if c.admits(&s, 1) {
+	if c.admits(&s, 1, c.limit) {
 		return Allowed, s
 	}
 	return Denied, s
@@ -275,6 +282,12 @@ func (c *Counter) Emptied(now int64) uint64 {
 // retry/reset delays in ns. recorded says whether the n requests were
 // written (admitted, or Penalty mode).
 func (c *Counter) Describe(s Snapshot, n uint32, allowed, recorded bool) (remaining int, retryAfter, resetAfter int64) {
+	return c.DescribeLimit(s, n, c.limit, allowed, recorded)
+}
+
+// DescribeLimit is Describe for a decision under limit instead of the
+// Counter's.
+func (c *Counter) DescribeLimit(s Snapshot, n uint32, limit uint64, allowed, recorded bool) (remaining int, retryAfter, resetAfter int64) {
 	cur := uint64(s.Cur)
 	if recorded {
 		cur = min(cur+uint64(n), MaxCount)
@@ -287,8 +300,8 @@ func (c *Counter) Describe(s Snapshot, n uint32, allowed, recorded bool) (remain
 	if r != 0 {
 		q++
 	}
-	if used := q + cur; used < c.limit {
-		remaining = int(c.limit - used)
+	if used := q + cur; used < limit {
+		remaining = int(limit - used)
 	}
 	switch {
 	case cur > 0:
@@ -297,15 +310,15 @@ func (c *Counter) Describe(s Snapshot, n uint32, allowed, recorded bool) (remain
 		resetAfter = int64(satAdd(rest, s.Lag))
 	}
 	if !allowed {
-		retryAfter = int64(satAdd(uint64(c.retry(uint64(s.Prev), cur, uint64(n), s.Elapsed)), s.Lag))
+		retryAfter = int64(satAdd(uint64(c.retry(uint64(s.Prev), cur, uint64(n), limit, s.Elapsed)), s.Lag))
 	}
 	return remaining, retryAfter, resetAfter
 }
 
 // retry returns the ns until n requests would be admitted, given counts
 // prev, cur at elapsed e and no other traffic.
-func (c *Counter) retry(prev, cur, n, e uint64) int64 {
-	W, L := c.window, c.limit
+func (c *Counter) retry(prev, cur, n, L, e uint64) int64 {
+	W := c.window
 	// earliest e' in [e, W) with prev*(W-e') <= (L-cur-n)*W
 	if cur+n <= L {
 		if prev == 0 {

@@ -234,41 +234,61 @@ func (l *Limiter) Allow(key string) bool {
 		if l.alg == SlidingCounter {
 			st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
 			if st == atomiccounter.Stale {
-				return l.decide(h, 1, rel, false).Allowed
+				return l.decide(h, 1, l.limit, rel, false).Allowed
 			}
 			ok = st == atomiccounter.Allowed
 		} else {
 			st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
 			if st == ring.Stale || st == ring.Idle {
-				return l.decide(h, 1, rel, false).Allowed
+				return l.decide(h, 1, l.limit, rel, false).Allowed
 			}
 			ok = st == ring.Allowed
 		}
 		l.stats.count(h, ok)
 		return ok
 	}
-	return l.decide(h, 1, rel, false).Allowed
+	return l.decide(h, 1, l.limit, rel, false).Allowed
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
 // Decision. n <= 0 or n > Limit is always denied (RetryAfter 0: waiting
 // does not help) and records nothing.
 func (l *Limiter) AllowN(key string, n int) Decision {
-	return l.take(key, n, l.rel(l.Now()), true)
+	return l.take(key, n, l.limit, l.rel(l.Now()))
+}
+
+// AllowNWithLimit is AllowN deciding with limit instead of Config.Limit, for
+// keys whose quota differs (premium tiers, limits read from a database)
+// without a Limiter per tier. It does not allocate. The key's history is
+// the same whatever limit a call passes: SlidingLog admits iff fewer than
+// limit-n+1 recorded requests lie in the window, SlidingCounter iff the
+// estimate plus n is at most limit. The Window is Config.Window.
+//
+// limit must be in [1, Config.Limit] for SlidingLog (its ring holds the
+// last Config.Limit requests: configure Limit as the largest tier's) and in
+// [1, MaxCounterLimit] for SlidingCounter. Outside that, and for n <= 0 or
+// n > limit, the call is denied, records nothing and returns RetryAfter 0
+// (waiting does not help), like an n out of range.
+func (l *Limiter) AllowNWithLimit(key string, n, limit int) Decision {
+	return l.take(key, n, limit, l.rel(l.Now()))
+}
+
+// AllowNWithLimitAt is AllowNWithLimit at time now of the Limiter's clock.
+func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decision {
+	return l.take(key, n, limit, l.rel(now))
 }
 
 // AllowAt is AllowN(key, 1) at time now of the Limiter's clock (see Now).
 // A gateway can read the clock once per request; tests need no fake clock.
-// Times must not go back by more than a race between two clock reads: a
-// key's time never goes back, so an earlier time counts as the key's
-// latest one.
+// A time behind the key's newest counts at the newest (see Time in the
+// package doc, which also says what a time ahead of the clock does).
 func (l *Limiter) AllowAt(key string, now int64) Decision {
-	return l.take(key, 1, l.rel(now), true)
+	return l.take(key, 1, l.limit, l.rel(now))
 }
 
 // AllowNAt is AllowN at time now of the Limiter's clock.
 func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
-	return l.take(key, n, l.rel(now), true)
+	return l.take(key, n, l.limit, l.rel(now))
 }
 
 // Peek reports what AllowN(key, 1) would decide now, consuming nothing.
@@ -289,16 +309,24 @@ func (l *Limiter) delay(ticks uint32, rel int64) time.Duration {
 	return time.Duration(int64(ticks)*l.res - rel%l.res)
 }
 
-func (l *Limiter) take(key string, n int, rel int64, detail bool) Decision {
-	if n <= 0 || n > l.limit {
-		l.stats.count(0, false)
-		return Decision{Limit: l.limit}
+// maxCallLimit is the largest per-call limit: the ring size for SlidingLog.
+func (l *Limiter) maxCallLimit() int {
+	if l.alg == SlidingLog {
+		return l.limit
 	}
-	return l.decide(l.table.Hash(key), n, rel, detail)
+	return MaxCounterLimit
 }
 
-// decide is take for a valid n and the key's hash h.
-func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
+func (l *Limiter) take(key string, n, limit int, rel int64) Decision {
+	if limit <= 0 || limit > l.maxCallLimit() || n <= 0 || n > limit {
+		l.stats.count(0, false)
+		return Decision{Limit: limit}
+	}
+	return l.decide(l.table.Hash(key), n, limit, rel, true)
+}
+
+// decide is take for a valid n and limit, and the key's hash h.
+func (l *Limiter) decide(h uint64, n, limit int, rel int64, detail bool) Decision {
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
@@ -306,19 +334,19 @@ func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
 		s, rec, slots := l.table.Lookup(h)
 		if rec != nil {
 			if l.alg == SlidingCounter {
-				st, snap := l.counter.Take(&rec.State, &rec.Hash, h, rel, uint32(n))
+				st, snap := l.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
 				if st != atomiccounter.Stale {
 					ok := st == atomiccounter.Allowed
 					l.stats.count(h, ok)
-					d := Decision{Allowed: ok, Limit: l.limit}
+					d := Decision{Allowed: ok, Limit: limit}
 					if detail {
-						rem, retry, reset := l.counter.Describe(snap, uint32(n), ok, ok || l.cfg.Penalty)
+						rem, retry, reset := l.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || l.cfg.Penalty)
 						d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
 					}
 					return d
 				}
 			} else {
-				st, out := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), detail)
+				st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
 				if st == ring.Idle {
 					// Nothing in the ring counts: free the record (if it is
 					// still idle, see package shard) and recreate the key.
@@ -328,7 +356,7 @@ func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
 				if st != ring.Stale {
 					ok := st == ring.Allowed
 					l.stats.count(h, ok)
-					d := Decision{Allowed: ok, Limit: l.limit}
+					d := Decision{Allowed: ok, Limit: limit}
 					if detail {
 						d.Remaining = int(out.Remaining)
 						d.ResetAfter = l.delay(out.ResetAfter, rel)
@@ -341,7 +369,7 @@ func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
 			}
 		}
 		// Not found, or the record was freed or reused under us: the slow path.
-		if d, done := l.insert(s, h, n, rel); done {
+		if d, done := l.insert(s, h, n, limit, rel); done {
 			return d
 		}
 	}
@@ -351,7 +379,7 @@ func (l *Limiter) decide(h uint64, n int, rel int64, detail bool) Decision {
 // goroutine got there first (then done is false and the caller retries the
 // lock-free path). The first n requests of a new key are always admitted
 // (n <= Limit on an empty window), so the record is born holding them.
-func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, bool) {
+func (l *Limiter) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
 	t := l.table
 	s.Lock()
 	if _, ok := t.Find(s, h); ok {
@@ -365,9 +393,9 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, 
 		allowed := l.cfg.Overflow == OverflowAllow
 		l.stats.count(h, allowed)
 		if allowed {
-			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n}, true
+			return Decision{Allowed: true, Limit: limit, Remaining: limit - n}, true
 		}
-		return Decision{Limit: l.limit, RetryAfter: time.Duration(l.window)}, true
+		return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}, true
 	}
 	// Date the new key no earlier than the moment its record's previous
 	// owner went empty: then the previous owner's late writers find values
@@ -381,12 +409,12 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n int, rel int64) (Decision, 
 	if l.alg == SlidingCounter {
 		rec.State.Store(l.counter.First(at, uint32(n)))
 		win, el := l.counter.At(at)
-		rem, _, reset := l.counter.Describe(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), true, true)
-		d = Decision{Allowed: true, Limit: l.limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}
+		rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
+		d = Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}
 	} else {
 		tk := l.tick(at)
 		rec.State.Store(l.ring.First(slots, tk, uint32(n)))
-		d = Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - n,
+		d = Decision{Allowed: true, Limit: limit, Remaining: limit - n,
 			ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}
 	}
 	t.Insert(s, h, ref)

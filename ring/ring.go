@@ -173,7 +173,18 @@ func raise(slots []atomic.Uint32, pos, count, limit, ts uint32) {
 // detail it also computes the Outcome (a binary search over the ring);
 // without, the Outcome is zero.
 func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now, n uint32, detail bool) (Status, Outcome) {
+	return r.TakeLimit(head, id, hash, slots, now, n, r.limit, detail)
+}
+
+// TakeLimit is Take with a limit m for this call (1 <= n <= m <= Limit):
+// admitted iff fewer than m-n+1 recorded requests lie in the window, that
+// is iff the entry m-n places from the newest end of the ring (index
+// Limit-m+n-1, oldest first) is outside it. The ring still records the
+// last Limit requests, so calls with different limits on one key see the
+// same history.
+func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now, n, m uint32, detail bool) (Status, Outcome) {
 	L := r.limit
+	need := L - m + n - 1 // the entry that must be outside the window
 	for {
 		v := head.Load()
 		if v == Dead || id.Load() != hash {
@@ -184,11 +195,11 @@ func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 		if idle {
 			return Idle, Outcome{}
 		}
-		old := r.at(slots, last, next, batch, n-1)
+		old := r.at(slots, last, next, batch, need)
 		ok := !r.inWindow(t, old)
 		var out Outcome
 		if detail {
-			out = r.describe(slots, last, next, batch, now, t, n, ok, ok || r.penalty)
+			out = r.describe(slots, last, next, batch, now, t, n, m, ok, ok || r.penalty)
 		}
 		// In Penalty mode a denial is recorded, unless its n oldest entries
 		// are already at t: then recording changes nothing. Skipping it is
@@ -246,7 +257,7 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 			return Idle, Outcome{Remaining: r.limit}
 		}
 		ok := !r.inWindow(t, r.at(slots, last, next, batch, 0))
-		out := r.describe(slots, last, next, batch, now, t, 1, ok, false)
+		out := r.describe(slots, last, next, batch, now, t, 1, r.limit, ok, false)
 		if head.Load() != v {
 			continue
 		}
@@ -257,10 +268,11 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 	}
 }
 
-// describe computes the Outcome of deciding n requests at effective tick t
-// (>= now) on the ring state (last, next, batch). admitted says whether they
-// pass, recorded whether they are written (admitted, or Penalty mode).
-func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n uint32, admitted, recorded bool) Outcome {
+// describe computes the Outcome of deciding n requests under limit m at
+// effective tick t (>= now) on the ring state (last, next, batch). admitted
+// says whether they pass, recorded whether they are written (admitted, or
+// Penalty mode).
+func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n, m uint32, admitted, recorded bool) Outcome {
 	L := r.limit
 	// first k whose entry is in the window: entries are sorted oldest first
 	lo, hi := uint32(0), L
@@ -291,17 +303,17 @@ func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n uint
 		}
 		after = count + n - displacedIn
 		newest, hasNewest = t, true
-		// oldest-needed of the new state: old entry 2n-1, or t
+		// the entry that must leave in the new state: old entry L-m+2n-1, or t
 		need := t
-		if 2*n-1 < L {
-			need = r.at(slots, last, next, batch, 2*n-1)
+		if k := L - m + 2*n - 1; k < L {
+			need = r.at(slots, last, next, batch, k)
 		}
 		out.RetryAfter = need + r.wq + 1 - now
 	case !admitted:
-		out.RetryAfter = r.at(slots, last, next, batch, n-1) + r.wq + 1 - now
+		out.RetryAfter = r.at(slots, last, next, batch, L-m+n-1) + r.wq + 1 - now
 	}
-	if after < L {
-		out.Remaining = L - after
+	if after < m {
+		out.Remaining = m - after
 	}
 	if hasNewest {
 		out.ResetAfter = newest + r.wq + 1 - now
