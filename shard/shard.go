@@ -408,16 +408,30 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 			return d.Ref, d.ReadyAt, true
 		}
 	}
-	if s.allocated < t.perShard && t.allocated.Load() < t.capacity {
+	if s.allocated < t.perShard && t.reserve() {
 		if c := s.chunks[s.allocated>>t.chunkShift].Load(); c == nil && !s.growChunks(t) {
+			t.allocated.Add(-1)
 			return 0, 0, false
 		}
-		t.allocated.Add(1) // only under some shard's lock; a race of two shards can pass the bound by at most the shards racing
 		ref = s.allocated
 		s.allocated++
 		return ref, 0, true
 	}
 	return t.reclaimOne(s, now)
+}
+
+// reserve takes one record of the table-wide bound, if any is left. A CAS
+// loop, because shards allocate under their own locks, concurrently.
+func (t *Table) reserve() bool {
+	for {
+		a := t.allocated.Load()
+		if a >= t.capacity {
+			return false
+		}
+		if t.allocated.CompareAndSwap(a, a+1) {
+			return true
+		}
+	}
 }
 
 // reclaimBudget is how many records an Alloc in a full shard examines for
