@@ -40,6 +40,27 @@
 // record's hash: a record that was freed and reused by another key carries
 // another hash, so Take never acts on a word that belongs to someone else
 // (see package engine for why a stale CAS can never succeed either).
+//
+// # Time: late, idle, wrapped
+//
+// For a request in window win on a word whose window is ww, d = win - ww
+// (mod 2^24) reads as:
+//
+//   - 0 or 1: the word's counts are current (prev, cur) or one window old
+//     (cur becomes prev);
+//   - in [2^24 - LateWindows, 2^24): the request's time is behind the key's
+//     newest window by at most LateWindows windows (a goroutine that read
+//     the clock before a concurrent one, a stale AllowAt or Peek, a sweep
+//     that read the clock long ago). It counts at the start of the word's
+//     window: a key's time never goes back, and its state is never judged
+//     empty, nor overwritten with an older window, by a late time;
+//   - otherwise the word is two or more windows old: it holds nothing that
+//     counts (Idle), and the request starts from empty counts.
+//
+// The last reading is unambiguous only while no live word is older than
+// 2^24 - LateWindows windows at the time of a request; package engine
+// sweeps often enough (in decision time, not only on its timer) to ensure
+// it.
 package atomiccounter
 
 import (
@@ -60,6 +81,10 @@ const (
 
 // Free is the word of a record that holds no key.
 const Free uint64 = 0
+
+// LateWindows is how many windows a request's time may be behind its key's
+// newest window and still count at that window; see "Time" above.
+const LateWindows = 1 << 22
 
 // Pack builds a word. Fields are masked to their widths.
 func Pack(window uint64, prev, cur uint32) uint64 {
@@ -102,6 +127,7 @@ type Snapshot struct {
 	Elapsed uint64 // ns into the window
 	Prev    uint32
 	Cur     uint32
+	Lag     uint64 // ns from the request's own time to the time it counts at (late requests)
 }
 
 // At returns the window number and the elapsed time for now (ns since the
@@ -114,21 +140,20 @@ func (c *Counter) At(now int64) (window, elapsed uint64) {
 	return window, uint64(now) - window*c.window
 }
 
-// roll returns the counts of word w as seen from window win: the word's
-// window may be win (as is), win-1 (cur becomes prev), or older (empty). A
-// word one window ahead belongs to a caller whose clock read won a race with
-// ours: it is used as is, at the start of its window (time never goes back
-// for a key). Any other distance means old, including a word so old that
-// the 24-bit window number wrapped (a key left unswept for 2^24 windows).
+// roll returns the counts of word w as seen from window s.Window (see
+// "Time"): current, one window old, newer than the request (then the
+// request counts at the start of the word's window), or empty.
 func (c *Counter) roll(w uint64, s *Snapshot) {
 	ww, prev, cur := Unpack(w)
-	switch (s.Window - ww) & windowMask {
-	case 0:
+	switch d := (s.Window - ww) & windowMask; {
+	case d == 0:
 		s.Prev, s.Cur = prev, cur
-	case 1:
+	case d == 1:
 		s.Prev, s.Cur = cur, 0
-	case windowMask: // one window ahead of us
-		s.Window++
+	case d >= 1<<WindowBits-LateWindows: // the word is ahead of us
+		k := 1<<WindowBits - d
+		s.Lag = satAdd(satMul(k, c.window), 0) - s.Elapsed
+		s.Window += k
 		s.Elapsed = 0
 		s.Prev, s.Cur = prev, cur
 	default:
@@ -136,14 +161,26 @@ func (c *Counter) roll(w uint64, s *Snapshot) {
 	}
 }
 
-// Admits reports whether prev*(W-e)/W + cur + n <= Limit, exactly.
-func (c *Counter) admits(s *Snapshot, n uint32) bool {
+// satMul and satAdd saturate at 2^62, far beyond any duration a Decision
+// reports and far from overflowing when a few are added.
+func satMul(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 || lo > 1<<62 {
+		return 1 << 62
+	}
+	return lo
+}
+
+func satAdd(a, b uint64) uint64 { return min(a+b, 1<<62) } // a, b <= 2^62: no overflow
+
+// admits reports whether prev*(W-e)/W + cur + n <= limit, exactly.
+func (c *Counter) admits(s *Snapshot, n uint32, limit uint64) bool {
 	// lhs = prev*(W-e) + (cur+n)*W, rhs = limit*W; all < 2^85, in 128 bits.
 	h1, l1 := bits.Mul64(uint64(s.Prev), c.window-s.Elapsed)
 	h2, l2 := bits.Mul64(uint64(s.Cur)+uint64(n), c.window)
 	lo, carry := bits.Add64(l1, l2, 0)
 	hi := h1 + h2 + carry
-	rh, rl := bits.Mul64(c.limit, c.window)
+	rh, rl := bits.Mul64(limit, c.window)
 	return hi < rh || (hi == rh && lo <= rl)
 }
 
@@ -151,6 +188,13 @@ func (c *Counter) admits(s *Snapshot, n uint32) bool {
 // is st and whose identity word is id, expected to hold hash. now is ns
 // since the epoch.
 func (c *Counter) Take(st, id *atomic.Uint64, hash uint64, now int64, n uint32) (Status, Snapshot) {
+	return c.TakeLimit(st, id, hash, now, n, c.limit)
+}
+
+// TakeLimit is Take with a limit for this call (1 <= n <= limit <=
+// MaxCount) instead of the Counter's: the formula's Limit is limit. Counts
+// are the key's, shared by calls with any limit.
+func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uint32, limit uint64) (Status, Snapshot) {
 	win, el := c.At(now)
 	for {
 		w := st.Load()
@@ -159,7 +203,7 @@ func (c *Counter) Take(st, id *atomic.Uint64, hash uint64, now int64, n uint32) 
 		}
 		s := Snapshot{Window: win, Elapsed: el}
 		c.roll(w, &s)
-		ok := c.admits(&s, n)
+		ok := c.admits(&s, n, limit)
 		if !ok && !c.penalty {
 			return Denied, s
 		}
@@ -185,7 +229,7 @@ func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, S
 	}
 	s := Snapshot{Window: win, Elapsed: el}
 	c.roll(w, &s)
-	if c.admits(&s, 1) {
+	if c.admits(&s, 1, c.limit) {
 		return Allowed, s
 	}
 	return Denied, s
@@ -199,35 +243,31 @@ func (c *Counter) First(now int64, n uint32) uint64 {
 }
 
 // Idle reports whether word w holds nothing that can count at now or later:
-// its window is two or more windows old (see roll). Free words are not idle
-// (they are already free).
+// it is two or more windows old, and not ahead of now (see "Time"). Free
+// words are not idle (they are already free).
 func (c *Counter) Idle(w uint64, now int64) bool {
 	if w == Free {
 		return false
 	}
 	win, _ := c.At(now)
 	ww, _, _ := Unpack(w)
-	switch (win - ww) & windowMask {
-	case 0, 1, windowMask:
-		return false
-	}
-	return true
+	d := (win - ww) & windowMask
+	return d >= 2 && d < 1<<WindowBits-LateWindows
 }
 
-// ReadyAt returns the earliest time (ns since epoch) at which the key whose
-// word is w holds nothing: the start of the second window after its stored
-// window.
+// ReadyAt returns the earliest time (ns since epoch, saturating) from which
+// the key whose word is w holds nothing: the start of the second window
+// after the word's window.
 func (c *Counter) ReadyAt(w uint64, now int64) int64 {
 	if c.Idle(w, now) {
 		return now
 	}
-	win, _ := c.At(now)
+	s := Snapshot{}
+	s.Window, s.Elapsed = c.At(now)
+	c.roll(w, &s) // s.Window is now the word's window if it is ahead
 	ww, _, _ := Unpack(w)
-	full := win - (win-ww)&windowMask // stored window, unmasked: win or win-1
-	if (win-ww)&windowMask == windowMask {
-		full = win + 1
-	}
-	return max(now, int64((full+2)*c.window))
+	full := s.Window - (s.Window-ww)&windowMask // the word's window, unmasked
+	return max(now, int64(satMul(full+2, c.window)))
 }
 
 // Emptied returns the word that Reset stores: counts that are already two
@@ -242,6 +282,12 @@ func (c *Counter) Emptied(now int64) uint64 {
 // retry/reset delays in ns. recorded says whether the n requests were
 // written (admitted, or Penalty mode).
 func (c *Counter) Describe(s Snapshot, n uint32, allowed, recorded bool) (remaining int, retryAfter, resetAfter int64) {
+	return c.DescribeLimit(s, n, c.limit, allowed, recorded)
+}
+
+// DescribeLimit is Describe for a decision under limit instead of the
+// Counter's.
+func (c *Counter) DescribeLimit(s Snapshot, n uint32, limit uint64, allowed, recorded bool) (remaining int, retryAfter, resetAfter int64) {
 	cur := uint64(s.Cur)
 	if recorded {
 		cur = min(cur+uint64(n), MaxCount)
@@ -254,25 +300,25 @@ func (c *Counter) Describe(s Snapshot, n uint32, allowed, recorded bool) (remain
 	if r != 0 {
 		q++
 	}
-	if used := q + cur; used < c.limit {
-		remaining = int(c.limit - used)
+	if used := q + cur; used < limit {
+		remaining = int(limit - used)
 	}
 	switch {
 	case cur > 0:
-		resetAfter = int64(rest + W)
+		resetAfter = int64(satAdd(satAdd(rest, W), s.Lag))
 	case s.Prev > 0:
-		resetAfter = int64(rest)
+		resetAfter = int64(satAdd(rest, s.Lag))
 	}
 	if !allowed {
-		retryAfter = c.retry(uint64(s.Prev), cur, uint64(n), s.Elapsed)
+		retryAfter = int64(satAdd(uint64(c.retry(uint64(s.Prev), cur, uint64(n), limit, s.Elapsed)), s.Lag))
 	}
 	return remaining, retryAfter, resetAfter
 }
 
 // retry returns the ns until n requests would be admitted, given counts
 // prev, cur at elapsed e and no other traffic.
-func (c *Counter) retry(prev, cur, n, e uint64) int64 {
-	W, L := c.window, c.limit
+func (c *Counter) retry(prev, cur, n, L, e uint64) int64 {
+	W := c.window
 	// earliest e' in [e, W) with prev*(W-e') <= (L-cur-n)*W
 	if cur+n <= L {
 		if prev == 0 {

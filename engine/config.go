@@ -102,8 +102,9 @@ type Config struct {
 	// at New; Stats reports both.
 	MaxMemory int64
 	// MaxKeys, if > 0, caps the number of tracked keys below what MaxMemory
-	// allows. The cap is split evenly over shards (Config().MaxKeys reports
-	// the cap in force, which may round down to a multiple of Shards).
+	// allows. The cap is on the whole table, not split over shards
+	// (Config().MaxKeys reports the cap in force; see "Memory bound and
+	// eviction" in the package doc for when overflow starts).
 	MaxKeys int
 	// SweepInterval is how often the background sweep reclaims idle keys
 	// (keys whose window holds nothing). 0 means DefaultSweepInterval.

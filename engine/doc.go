@@ -79,10 +79,57 @@
 // covers the index and the slabs; freed records are chained through their
 // own hash words, so the free list costs nothing on top.
 //
-// The sweep also keeps time arithmetic exact: keys store 32-bit ticks
-// (SlidingLog) and 24-bit window numbers (SlidingCounter). A key left
-// unswept for 2^31 ticks or 2^23 windows (explicit times that jump, a
-// closed Limiter) is recognised as expired and restarts empty.
+// The bound is on the whole table, not split over shards: overflow starts
+// once Config().MaxKeys records are handed out and the new key's shard has
+// none free or idle. Records freed by the sweep stay with their shard (they
+// are reused by that shard's new keys), so after a sweep Len can read below
+// MaxKeys while a new key in another shard overflows; with every tracked
+// key active, overflow starts exactly at Len == MaxKeys.
+//
+// # Time
+//
+// Every decision has a time: the clock's reading (Allow, AllowN, Peek) or
+// the caller's (AllowAt, AllowNAt, PeekAt). A key's time never goes back.
+//
+// A late time (behind the key's newest recorded time: a goroutine that read
+// the clock before a concurrent one and lost the race, a preempted
+// goroutine, a stale AllowAt or Peek, a Clock that steps back) counts at the
+// key's newest time, as if the request arrived then. It is never read as
+// "the key is old", never empties or wipes the key, and never writes the
+// key's state back to an older time. This holds for lateness up to 2^30
+// ticks of Resolution (SlidingLog: 17.9 min at 1 µs) or 2^22 windows
+// (SlidingCounter: 4.2 s at a 1 µs Window, 70 min at 1 ms); a request later
+// than that counts as a request at its own time on an idle key. A new key's
+// first request counts at the later of its time and the clock's.
+//
+// An early time (ahead of the clock, passed to AllowAt) counts at that
+// time: the key's newest time moves there, and later requests at the
+// clock's time are late and count at it.
+//
+// What the sweep may reclaim: a key whose state holds nothing that counts
+// at or after the sweep's time, judged key by key with a clock reading
+// taken after the key's state was read, and freed by a compare-and-swap
+// that fails if any request wrote the state meanwhile (package shard states
+// the protocol). So a sweep slower than a Window, or one that read the
+// clock long ago, never frees a key that a request made active while it
+// ran, and a key whose newest time is ahead of the sweep's is never idle.
+// SlidingLog also recreates (frees, then creates empty) a key whose ring
+// holds nothing that counts when its next request arrives, by the same
+// protocol; Stats counts that as a reclaim and an insert.
+//
+// The bound on wrap: times are packed as 32-bit ticks (SlidingLog) and
+// 24-bit window numbers (SlidingCounter), so they wrap (2^32 ticks is 71.6
+// min at 1 µs). The Limiter handles it rather than forbidding it: besides
+// the timed sweep, a decision whose time is 2^30 ticks (SlidingLog) or 2^22
+// windows (SlidingCounter) past the last sweep's time first sweeps at its
+// time, inline (at most once per such span, and only when the timed sweep
+// did not run: after Close, with a SweepInterval that long, or with times
+// that jump). No live key is then ever older than 2^31 + Window ticks or
+// 2^23 + 2 windows at a decision, which the packed fields read exactly. A
+// decision more than twice that span past the last sweep finds every key
+// idle and the sweep frees them all. A key's ring never spans more than
+// (Limit+1) x (Window+1) ticks, because a request that finds nothing
+// counting recreates it instead of writing into it.
 //
 // # Time source
 //

@@ -417,8 +417,15 @@ func TestSweepReclaimsIdleKeys(t *testing.T) {
 		if l.Allow("k1") {
 			t.Fatalf("%v: limit not enforced after reuse", a)
 		}
-		if st := l.Stats(); st.Reclaimed != 1000 || st.Inserts != 1002 {
-			t.Fatalf("%v: stats %+v", a, st)
+		// SlidingLog recreates a key whose ring holds nothing that counts
+		// ("active" at 2100 ms, 1600 ms after its only request): one more
+		// reclaim and one more insert.
+		wantRecl, wantIns := uint64(1000), uint64(1002)
+		if a == SlidingLog {
+			wantRecl, wantIns = 1001, 1003
+		}
+		if st := l.Stats(); st.Reclaimed != wantRecl || st.Inserts != wantIns {
+			t.Fatalf("%v: stats %+v, want Reclaimed %d Inserts %d", a, st, wantRecl, wantIns)
 		}
 	}
 }

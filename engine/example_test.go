@@ -60,3 +60,30 @@ func ExampleNew_invalid() {
 	fmt.Println(err)
 	// Output: engine: Config.Limit must be > 0, got 0: invalid config
 }
+
+// Per-call limits: one Limiter, Config.Limit sized for the largest tier,
+// each call deciding with the key's own quota (read from a database, say).
+func ExampleLimiter_AllowNWithLimit() {
+	l, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 5, Window: time.Minute, Clock: &stepClock{}})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	quota := map[string]int{"free-user": 2, "premium-user": 5}
+	for _, user := range []string{"free-user", "premium-user"} {
+		admitted := 0
+		for i := 0; i < 6; i++ {
+			if l.AllowNWithLimit(user, 1, quota[user]).Allowed {
+				admitted++
+			}
+		}
+		fmt.Printf("%s: %d of 6 admitted\n", user, admitted)
+	}
+	// A quota above the ring size (Config.Limit) is refused, not capped.
+	d := l.AllowNWithLimit("gold-user", 1, 10)
+	fmt.Println("limit 10 on a Limit 5 SlidingLog:", d.Allowed)
+	// Output:
+	// free-user: 2 of 6 admitted
+	// premium-user: 5 of 6 admitted
+	// limit 10 on a Limit 5 SlidingLog: false
+}

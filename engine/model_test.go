@@ -24,8 +24,14 @@ func newLogModel(limit int, window time.Duration, res int64, penalty bool) *logM
 func (m *logModel) wq() int64 { return (m.window + m.res - 1) / m.res * m.res }
 
 func (m *logModel) allowN(key string, n int, t int64) Decision {
-	d := Decision{Limit: m.limit}
-	if n <= 0 || n > m.limit {
+	return m.allowNLimit(key, n, m.limit, t)
+}
+
+// allowNLimit decides with a per-call limit (at most the ring size m.limit:
+// the key remembers its last m.limit recorded requests whatever the limit).
+func (m *logModel) allowNLimit(key string, n, limit int, t int64) Decision {
+	d := Decision{Limit: limit}
+	if n <= 0 || n > limit || limit > m.limit {
 		return d
 	}
 	t = t / m.res * m.res
@@ -35,7 +41,7 @@ func (m *logModel) allowN(key string, n int, t int64) Decision {
 	ts := m.keys[key]
 	in := inside(ts, t, m.wq())
 	c := len(in)
-	d.Allowed = c+n <= m.limit
+	d.Allowed = c+n <= limit
 	if d.Allowed || m.penalty {
 		for i := 0; i < n; i++ {
 			ts = append(ts, t)
@@ -47,10 +53,10 @@ func (m *logModel) allowN(key string, n int, t int64) Decision {
 		m.last[key] = t
 	}
 	after := inside(m.keys[key], t, m.wq())
-	d.Remaining = max(0, m.limit-len(after))
+	d.Remaining = max(0, limit-len(after))
 	if !d.Allowed && !m.penalty {
 		// the (c+n-limit)-th oldest entry in the window must leave
-		e := in[c+n-m.limit-1]
+		e := in[c+n-limit-1]
 		d.RetryAfter = time.Duration(e + m.wq() + m.res - t)
 	}
 	if len(after) > 0 {
@@ -85,7 +91,11 @@ func newCounterModel(limit int, window time.Duration, penalty bool) *counterMode
 }
 
 func (m *counterModel) allowN(key string, n int, t int64) bool {
-	if n <= 0 || int64(n) > m.limit {
+	return m.allowNLimit(key, n, m.limit, t)
+}
+
+func (m *counterModel) allowNLimit(key string, n int, limit, t int64) bool {
+	if n <= 0 || int64(n) > limit {
 		return false
 	}
 	win, el := t/m.window, t%m.window
@@ -103,7 +113,7 @@ func (m *counterModel) allowN(key string, n int, t int64) bool {
 	}
 	est := new(big.Rat).SetFrac64(prev*(m.window-el), m.window)
 	est.Add(est, big.NewRat(cur+int64(n), 1))
-	ok := est.Cmp(big.NewRat(m.limit, 1)) <= 0
+	ok := est.Cmp(big.NewRat(limit, 1)) <= 0
 	if ok || m.penalty {
 		m.keys[key] = &counterState{win: win, prev: prev, cur: min(cur+int64(n), 1<<20-1)}
 	}

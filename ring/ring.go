@@ -43,9 +43,28 @@
 // tick that is already later than anything the old key wrote (see package
 // engine), so stale writes cannot reach into the new key's window.
 //
-// Ticks are compared with wrap-around arithmetic (uint32 differences), which
-// is exact while every tick compared is less than 2^31 ticks old; package
-// engine picks the tick length so that this holds (see Resolution there).
+// # Time: late, idle, wrapped
+//
+// Ticks are 32-bit and compared with wrap-around arithmetic. For a request
+// at tick now on a key whose newest tick is last, d = now - last (mod 2^32)
+// reads as one of three things:
+//
+//   - d in [0, Wq]: the window holds entries; the request counts at now.
+//   - d in [2^32 - LateMax, 2^32): now is behind last by at most LateMax
+//     ticks (a goroutine that read the clock before a concurrent one, a
+//     stale AllowAt or Peek, a sweep that read the clock long ago). It
+//     counts at last: a key's time never goes back, and its state is
+//     never judged empty by a time older than its newest entry.
+//   - otherwise, d in (Wq, 2^32 - LateMax): last is more than a window old,
+//     so nothing in the ring counts (Idle). Take and Peek report Idle
+//     without touching the ring; the engine recreates the key empty. Never
+//     writing a new request into a ring whose entries are all old keeps the
+//     span of a live ring's ticks below (Limit+1) x (Wq+1), far below 2^31,
+//     which is what makes the int32 comparisons in raise exact.
+//
+// The middle reading is unambiguous only while no live key is older than
+// 2^32 - LateMax - Wq ticks at the time of a request; package engine sweeps
+// often enough (in decision time, not only on its timer) to ensure it.
 package ring
 
 import (
@@ -54,6 +73,10 @@ import (
 
 // MaxLimit is the largest ring size.
 const MaxLimit = 0xFFFF
+
+// LateMax is how far (in ticks) a request's time may be behind its key's
+// newest tick and still count at the newest; see "Time" above.
+const LateMax = 1 << 30
 
 // Dead is the head word of a record that holds no key.
 const Dead = uint64(0xFFFF) << 16
@@ -88,7 +111,7 @@ const (
 	Denied  Status = iota // not admitted (recorded only in Penalty mode)
 	Allowed               // admitted and recorded
 	Stale                 // the record is free or belongs to another key: look the key up again
-	Expired               // the state is older than ticks can tell (wrapped): recreate the key
+	Idle                  // nothing in the ring counts any more: recreate the key empty
 )
 
 // Outcome describes a decision for the Decision fields. Delays are in
@@ -100,20 +123,16 @@ type Outcome struct {
 }
 
 // effective returns the tick a request at now counts at: now, or the
-// key's newest tick if that is later (time never goes back for a key: a
-// request that read the clock before a concurrent one and lost the race
-// counts at the later tick, so the ring stays sorted). A newest tick more
-// than a window ahead of now is no race: it is so old that 32-bit ticks
-// wrapped (the key sat unswept for 2^31 ticks), and the state is expired.
-func (r *Ring) effective(now, last uint32) (t uint32, expired bool) {
-	ahead := int32(last - now)
-	if ahead <= 0 {
+// key's newest tick if now is behind it (see "Time"); idle when the ring
+// holds nothing that counts at now.
+func (r *Ring) effective(now, last uint32) (t uint32, idle bool) {
+	switch d := now - last; {
+	case d <= r.wq:
 		return now, false
+	case d >= 1<<32-LateMax:
+		return last, false
 	}
-	if ahead > int32(r.wq) {
-		return 0, true
-	}
-	return last, false
+	return 0, true
 }
 
 // inWindow reports whether tick ts counts at tick t.
@@ -154,22 +173,33 @@ func raise(slots []atomic.Uint32, pos, count, limit, ts uint32) {
 // detail it also computes the Outcome (a binary search over the ring);
 // without, the Outcome is zero.
 func (r *Ring) Take(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now, n uint32, detail bool) (Status, Outcome) {
+	return r.TakeLimit(head, id, hash, slots, now, n, r.limit, detail)
+}
+
+// TakeLimit is Take with a limit m for this call (1 <= n <= m <= Limit):
+// admitted iff fewer than m-n+1 recorded requests lie in the window, that
+// is iff the entry m-n places from the newest end of the ring (index
+// Limit-m+n-1, oldest first) is outside it. The ring still records the
+// last Limit requests, so calls with different limits on one key see the
+// same history.
+func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now, n, m uint32, detail bool) (Status, Outcome) {
 	L := r.limit
+	need := L - m + n - 1 // the entry that must be outside the window
 	for {
 		v := head.Load()
 		if v == Dead || id.Load() != hash {
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
-		t, expired := r.effective(now, last)
-		if expired {
-			return Expired, Outcome{}
+		t, idle := r.effective(now, last)
+		if idle {
+			return Idle, Outcome{}
 		}
-		old := r.at(slots, last, next, batch, n-1)
+		old := r.at(slots, last, next, batch, need)
 		ok := !r.inWindow(t, old)
 		var out Outcome
 		if detail {
-			out = r.describe(slots, last, next, batch, now, t, n, ok, ok || r.penalty)
+			out = r.describe(slots, last, next, batch, now, t, n, m, ok, ok || r.penalty)
 		}
 		// In Penalty mode a denial is recorded, unless its n oldest entries
 		// are already at t: then recording changes nothing. Skipping it is
@@ -222,12 +252,12 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
-		t, expired := r.effective(now, last)
-		if expired {
-			return Expired, Outcome{}
+		t, idle := r.effective(now, last)
+		if idle {
+			return Idle, Outcome{Remaining: r.limit}
 		}
 		ok := !r.inWindow(t, r.at(slots, last, next, batch, 0))
-		out := r.describe(slots, last, next, batch, now, t, 1, ok, false)
+		out := r.describe(slots, last, next, batch, now, t, 1, r.limit, ok, false)
 		if head.Load() != v {
 			continue
 		}
@@ -238,10 +268,11 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 	}
 }
 
-// describe computes the Outcome of deciding n requests at effective tick t
-// (>= now) on the ring state (last, next, batch). admitted says whether they
-// pass, recorded whether they are written (admitted, or Penalty mode).
-func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n uint32, admitted, recorded bool) Outcome {
+// describe computes the Outcome of deciding n requests under limit m at
+// effective tick t (>= now) on the ring state (last, next, batch). admitted
+// says whether they pass, recorded whether they are written (admitted, or
+// Penalty mode).
+func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n, m uint32, admitted, recorded bool) Outcome {
 	L := r.limit
 	// first k whose entry is in the window: entries are sorted oldest first
 	lo, hi := uint32(0), L
@@ -272,17 +303,17 @@ func (r *Ring) describe(slots []atomic.Uint32, last, next, batch, now, t, n uint
 		}
 		after = count + n - displacedIn
 		newest, hasNewest = t, true
-		// oldest-needed of the new state: old entry 2n-1, or t
+		// the entry that must leave in the new state: old entry L-m+2n-1, or t
 		need := t
-		if 2*n-1 < L {
-			need = r.at(slots, last, next, batch, 2*n-1)
+		if k := L - m + 2*n - 1; k < L {
+			need = r.at(slots, last, next, batch, k)
 		}
 		out.RetryAfter = need + r.wq + 1 - now
 	case !admitted:
-		out.RetryAfter = r.at(slots, last, next, batch, n-1) + r.wq + 1 - now
+		out.RetryAfter = r.at(slots, last, next, batch, L-m+n-1) + r.wq + 1 - now
 	}
-	if after < L {
-		out.Remaining = L - after
+	if after < m {
+		out.Remaining = m - after
 	}
 	if hasNewest {
 		out.ResetAfter = newest + r.wq + 1 - now
@@ -307,14 +338,15 @@ func (r *Ring) First(slots []atomic.Uint32, now, n uint32) uint64 {
 	return Pack(now, next, n)
 }
 
-// Idle reports whether head word h holds nothing that counts at tick now.
-func (r *Ring) Idle(h uint64, now uint32) bool {
+// IsIdle reports whether head word h holds nothing that counts at tick now
+// or later (see "Time": a head newer than now is never idle).
+func (r *Ring) IsIdle(h uint64, now uint32) bool {
 	if h == Dead {
 		return false
 	}
 	last, _, _ := Unpack(h)
-	age := int32(now - last)
-	return age > int32(r.wq) || age < -int32(r.wq) // empty window, or wrapped (see effective)
+	_, idle := r.effective(now, last)
+	return idle
 }
 
 // ReadyAt returns the tick from which head word h holds nothing.

@@ -76,6 +76,10 @@ func (h *harness) model(now, n uint32) (bool, uint32) {
 
 func (h *harness) step(t testing.TB, now, n uint32) {
 	st, out := h.r.Take(&h.head, &h.id, 99, h.slots, now, n, true)
+	if st == Idle { // as package engine does: the key restarts empty
+		h.head.Store(h.r.First(h.slots, now, n))
+		st, out = Allowed, Outcome{Remaining: h.limit - n}
+	}
 	ok, rem := h.model(now, n)
 	if st == Stale || (st == Allowed) != ok || out.Remaining != rem {
 		t.Fatalf("Take(n=%d) at %d: status %d remaining %d, model allowed=%v remaining %d", n, now, st, out.Remaining, ok, rem)
@@ -102,6 +106,9 @@ func FuzzRing(f *testing.F) {
 			n := 1 + uint32(ops[i+1])%uint32(limit)
 			if ops[i]&0x80 != 0 { // peek
 				st, _ := h.r.Peek(&h.head, &h.id, 99, h.slots, now)
+				if st == Idle {
+					st = Allowed
+				}
 				saved := h.recorded
 				ok, _ := h.model(now, 1)
 				h.recorded = saved
@@ -144,7 +151,9 @@ func TestRaiseNeverLowers(t *testing.T) {
 func TestIdleAndReady(t *testing.T) {
 	r := New(3, 10, false)
 	h := Pack(100, 1, 1)
-	if r.Idle(h, 110) || !r.Idle(h, 111) || r.Idle(Dead, 1000) {
+	late100 := uint32(100)
+	late100 -= LateMax // LateMax ticks before the newest: late, not idle
+	if r.IsIdle(h, 110) || !r.IsIdle(h, 111) || r.IsIdle(Dead, 1000) || r.IsIdle(h, late100) {
 		t.Fatal("Idle boundary wrong")
 	}
 	if r.ReadyAt(h) != 111 {
@@ -161,12 +170,8 @@ func TestPenaltyDenialAtSameTickDoesNotRepeatHead(t *testing.T) {
 	id.Store(1)
 	slots := make([]atomic.Uint32, 2)
 	const T = 5000
-	head.Store(r.First(slots, T-100, 1)) // one old entry
-	// an admission at T: head (T, 0+... ) with the old slot still old
-	if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Allowed {
-		t.Fatalf("first request at T: %d", st)
-	}
-	seen := head.Load() // what a paused claimer would have loaded
+	head.Store(r.First(slots, T, 1)) // born at T; the other slot is old
+	seen := head.Load()              // what a paused claimer would have loaded
 	if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Allowed {
 		t.Fatalf("second request at T: %d", st)
 	}
@@ -185,22 +190,35 @@ func TestPenaltyDenialAtSameTickDoesNotRepeatHead(t *testing.T) {
 	}
 }
 
-// Regression: a key whose newest tick is more than 2^31 ticks old looked
-// like it was "in the future" and was denied until the difference wrapped.
-func TestWrappedStateIsExpired(t *testing.T) {
+// Regression (issue 9, finding 1): a time more than a window behind the
+// key's newest tick was read as "ticks wrapped", so the key was wiped and
+// the stale request admitted. Now a late time counts at the newest tick, up
+// to LateMax ticks late, and only a state more than a window old is idle.
+func TestLateTimeCountsAtNewest(t *testing.T) {
 	r := New(1, 1000, false)
 	var head, id atomic.Uint64
 	id.Store(1)
 	slots := make([]atomic.Uint32, 1)
-	head.Store(r.First(slots, 0, 1))
-	late := uint32(1<<31 + 12345) // 2^31 ticks later: last looks ahead of now
-	if st, _ := r.Take(&head, &id, 1, slots, late, 1, false); st != Expired {
-		t.Fatalf("Take on a wrapped state: %d, want Expired", st)
+	const T = 1 << 31
+	head.Store(r.First(slots, T, 1))
+	for _, late := range []uint32{T - 1, T - 1001, T - 5000, T - LateMax} {
+		if st, _ := r.Take(&head, &id, 1, slots, late, 1, false); st != Denied {
+			t.Fatalf("Take %d ticks late: %d, want Denied (counts at the newest tick)", T-late, st)
+		}
+		if st, _ := r.Peek(&head, &id, 1, slots, late); st != Denied {
+			t.Fatalf("Peek %d ticks late: %d, want Denied", T-late, st)
+		}
+		if r.IsIdle(head.Load(), late) {
+			t.Fatalf("state reported idle %d ticks before its newest tick", T-late)
+		}
 	}
-	if !r.Idle(head.Load(), late) {
-		t.Fatal("a wrapped state is not idle, so the sweep would never reclaim it")
-	}
-	if r.Idle(head.Load(), 0) || r.Idle(Pack(10, 0, 1), 5) { // a clock race (last slightly ahead) is not idle
-		t.Fatal("fresh or slightly-ahead state reported idle")
+	for _, age := range []uint64{1001, 1 << 31, 1<<32 - LateMax - 1} {
+		old := uint32(T + age)
+		if st, _ := r.Take(&head, &id, 1, slots, old, 1, false); st != Idle {
+			t.Fatalf("Take %d ticks after the newest: %d, want Idle", age, st)
+		}
+		if !r.IsIdle(head.Load(), old) {
+			t.Fatalf("state not idle %d ticks after its newest tick", age)
+		}
 	}
 }

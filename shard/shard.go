@@ -45,9 +45,52 @@
 // Such a miss is never final: callers treat a miss as "take the lock and
 // look again" before inserting, so one key never gets two records.
 //
-// Records are recycled through a free list. The Table hands out, takes back
-// and scans records; deciding when a record may be reused (it must hold
-// nothing that counts any more) is the caller's job (package engine).
+// # Reclamation
+//
+// Records are recycled, and the whole protocol lives here, in one file. The
+// Table is given the algorithm's idle test (Config.Idle: does this state
+// word hold anything that counts at or after time now, and if so from when
+// on will it not) and the limiter's clock (Config.Now). A record holding a
+// key is freed by exactly one routine, tryFree, under the shard's lock, and
+// only like this:
+//
+//  1. load the state word w;
+//  2. read the clock afresh (after the load) and take now' = max(now, that
+//     reading), so that a caller's stale time (a sweep that read the clock
+//     before walking a million records, a late AllowAt, a Peek) never judges
+//     a word written after it;
+//  3. free only if Idle(w, now') says w holds nothing from now' on (or, in
+//     a sweep the caller declares total, unconditionally: the caller knows
+//     that no state was written within a window of now');
+//  4. CAS the word from w to Free: the CAS fails if any request wrote the
+//     word since step 1 (the key became active again), and then nothing is
+//     freed;
+//  5. remove the key from the index and put the record on the free list,
+//     noting now' as the time from which it is reusable.
+//
+// The idle test is the algorithm's: a word whose newest time is ahead of
+// now' (written at a later time than the clock shows) is never idle. Late
+// writers (a request that loaded the word before step 4 and writes after it)
+// are harmless: their CAS on the word fails once it is Free, and a record is
+// reused for a new key only with state dated no earlier than its noted time,
+// which is after everything its previous owner wrote (package ring relies on
+// that for its slots).
+//
+// Three callers start the protocol: Sweep (every record of every shard),
+// FreeKey (one key whose state the caller found idle, so that it restarts
+// empty) and Alloc itself (a new key in a full shard reuses an idle record,
+// lazy reuse). Forget is the one way to free a record that is not idle
+// (engine's Reset): it is reusable only from the time its old state would
+// have emptied (deferred), so late writers still find newer values.
+//
+// # Capacity
+//
+// Config.MaxKeys bounds the records handed out in the whole Table (a global
+// count, not a per-shard split), so a new key overflows only when MaxKeys
+// records are in use, or free but held by other shards' free lists (they are
+// reused by those shards' keys; Len then reads below MaxKeys by that many).
+// A shard's own ceiling is its fair share times 4 plus 64 (for hashed keys
+// unreachable in practice), which keeps its chunk table small.
 package shard
 
 import (
@@ -100,11 +143,21 @@ const (
 // Config sizes a Table.
 type Config struct {
 	Shards       int    // power of two
-	MaxKeys      int    // bound on records in the whole table (split evenly over shards)
+	MaxKeys      int    // bound on records handed out in the whole table
 	SlotsPer     int    // uint32 slots per record (SlidingLog ring size), 0 for none
 	Free         uint64 // State word of a record that holds no key
 	ChunkBytes   int    // target bytes per chunk; 0 means 64 KiB
 	PreallocKeys int    // records to allocate up front (rounded to chunks); 0 for none
+
+	// Idle reports whether state word w holds nothing that counts at time
+	// now or later, and if it does, from when on it will not (readyAt).
+	// nil: records are never reclaimed (only Forget and Release free them).
+	Idle func(w uint64, now int64) (idle bool, readyAt int64)
+	// Now reads the clock Idle's times come from (required with Idle).
+	Now func() int64
+	// Rescan is the longest a full shard skips lazy-reuse scans after one
+	// found nothing idle (the scan saw only a sample); 0 means 1.
+	Rescan int64
 }
 
 // Table is a sharded key table. All methods are safe for concurrent use.
@@ -115,8 +168,14 @@ type Table struct {
 	slotsPer   uint32
 	chunkShift uint32
 	chunkMask  uint32
-	perShard   uint32
+	perShard   uint32 // ceiling of one shard
 	free       uint64
+	capacity   int64        // Config.MaxKeys
+	allocated  atomic.Int64 // records handed out of chunks, all shards
+	idle       func(w uint64, now int64) (bool, int64)
+	now        func() int64
+	rescan     int64
+	reclaimed  atomic.Uint64 // records freed by tryFree
 }
 
 // Shard is one shard of a Table. Its lookup fields and its writer fields
@@ -148,7 +207,7 @@ type shardWrite struct {
 	freeReady int64        // latest time a record on the free list became reusable
 	deferred  []Deferred   // records reusable from a given time on, oldest first
 	cursor    uint32       // where the next reclaim scan starts
-	idleHint  int64        // caller's note: no idle record expected before this time
+	idleHint  int64        // no idle record expected before this time (lazy reuse skips scans)
 }
 
 // Deferred is a freed record that may be reused from ReadyAt on.
@@ -162,15 +221,15 @@ func New(c Config) *Table {
 	var seed [8]byte
 	_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
 	n := c.Shards
-	per := (c.MaxKeys + n - 1) / n
-	per = max(1, min(per, MaxRecordsPerShard))
+	fair := max(1, (c.MaxKeys+n-1)/n)
+	per := max(1, min(c.MaxKeys, 4*fair+64, MaxRecordsPerShard))
 	recBytes := RecordBytes + 4*c.SlotsPer
 	cb := c.ChunkBytes
 	if cb <= 0 {
 		cb = 64 << 10
 	}
 	rpc := 1
-	for rpc*2*recBytes <= cb && rpc*2 <= per {
+	for rpc*2*recBytes <= cb && rpc*2 <= fair {
 		rpc *= 2
 	}
 	shift := uint32(0)
@@ -186,6 +245,10 @@ func New(c Config) *Table {
 		chunkMask:  uint32(rpc - 1),
 		perShard:   uint32(per),
 		free:       c.Free,
+		capacity:   int64(c.MaxKeys),
+		idle:       c.Idle,
+		now:        c.Now,
+		rescan:     max(c.Rescan, 1),
 	}
 	nchunks := (per + rpc - 1) / rpc
 	pre := (c.PreallocKeys + n - 1) / n
@@ -222,8 +285,8 @@ func (t *Table) Shards() int { return len(t.shards) }
 // ShardAt returns shard i.
 func (t *Table) ShardAt(i int) *Shard { return &t.shards[i] }
 
-// Capacity returns the bound on records (per shard bound times shards).
-func (t *Table) Capacity() int { return int(t.perShard) * len(t.shards) }
+// Capacity returns the bound on records handed out (Config.MaxKeys).
+func (t *Table) Capacity() int { return int(t.capacity) }
 
 // home and tag of a hash. The shard uses the low bits, the home slot bits
 // 20 and up, the tag the top 8 bits: independent for any table size.
@@ -262,7 +325,7 @@ func (t *Table) Lookup(h uint64) (*Shard, *Record, []atomic.Uint32) {
 }
 
 // Lock and Unlock guard the shard's writer side: Find, Alloc, Insert,
-// Remove, Release, Scan.
+// Remove, Release.
 func (s *Shard) Lock()   { s.mu.Lock() }
 func (s *Shard) Unlock() { s.mu.Unlock() }
 
@@ -324,11 +387,13 @@ func (s *Shard) growChunks(t *Table) bool {
 	return false
 }
 
-// Alloc hands out a record for a new key: a freed one, a deferred one whose
-// time has come, or a fresh one while the shard is below its bound. readyAt
-// is a time from which the record's previous owner holds nothing (0 for a
-// fresh record); the caller must not date the new key's state earlier. ok
-// is false when none is available (the caller may reclaim an idle record).
+// Alloc hands out a record for a new key, in this order: a freed one, a
+// deferred one whose time has come (any of them, not only the oldest), a
+// fresh one while fewer than MaxKeys records are handed out in the Table,
+// or an idle one reclaimed on the spot (lazy reuse, see the package doc).
+// readyAt is a time from which the record's previous owner holds nothing
+// (0 for a fresh record); the caller must not date the new key's state
+// earlier. ok is false when none is available. Under the lock.
 func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) {
 	if s.freeHead != 0 {
 		ref = s.freeHead - 1
@@ -336,28 +401,182 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 		s.freeHead = uint32(rec.Hash.Load())
 		return ref, s.freeReady, true
 	}
-	if len(s.deferred) > 0 && s.deferred[0].ReadyAt <= now {
-		d := s.deferred[0]
-		s.deferred = s.deferred[1:]
-		s.bytes.Add(-int64(unsafe.Sizeof(d)))
-		return d.Ref, d.ReadyAt, true
+	for i, d := range s.deferred {
+		if d.ReadyAt <= now {
+			s.deferred = append(s.deferred[:i], s.deferred[i+1:]...)
+			s.bytes.Add(-int64(unsafe.Sizeof(d)))
+			return d.Ref, d.ReadyAt, true
+		}
 	}
-	if s.allocated < t.perShard {
+	if s.allocated < t.perShard && t.reserve() {
 		if c := s.chunks[s.allocated>>t.chunkShift].Load(); c == nil && !s.growChunks(t) {
+			t.allocated.Add(-1)
 			return 0, 0, false
 		}
 		ref = s.allocated
 		s.allocated++
 		return ref, 0, true
 	}
+	return t.reclaimOne(s, now)
+}
+
+// reserve takes one record of the table-wide bound, if any is left. A CAS
+// loop, because shards allocate under their own locks, concurrently.
+func (t *Table) reserve() bool {
+	for {
+		a := t.allocated.Load()
+		if a >= t.capacity {
+			return false
+		}
+		if t.allocated.CompareAndSwap(a, a+1) {
+			return true
+		}
+	}
+}
+
+// reclaimBudget is how many records an Alloc in a full shard examines for
+// an idle one before giving up.
+const reclaimBudget = 64
+
+// reclaimOne frees one idle record of a full shard for a new key. Under the
+// lock.
+func (t *Table) reclaimOne(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) {
+	if t.idle == nil || now < s.idleHint || s.allocated == 0 {
+		return 0, 0, false
+	}
+	soonest := int64(1<<63 - 1)
+	for i := 0; i < min(reclaimBudget, int(s.allocated)); i++ {
+		if s.cursor >= s.allocated {
+			s.cursor = 0
+		}
+		r := s.cursor
+		s.cursor++
+		freed, at := t.tryFree(s, r, now, false)
+		if freed {
+			// Straight back out of the free list it was just put on.
+			ref, readyAt, _ = t.Alloc(s, now)
+			return ref, readyAt, true
+		}
+		if at > 0 {
+			soonest = min(soonest, at)
+		}
+	}
+	// Nothing idle among the records scanned: skip further scans until the
+	// soonest of them goes idle, but look again after Rescan at the latest:
+	// records elsewhere in the shard may go idle sooner.
+	s.idleHint = min(soonest, now+min(t.rescan, 1<<63-1-now))
 	return 0, 0, false
 }
 
-// IdleHint and SetIdleHint keep the caller's note of the earliest time an
-// idle record may appear in s, so that a full shard is not rescanned in
-// vain for every new key. Under the lock.
-func (s *Shard) IdleHint() int64     { return s.idleHint }
-func (s *Shard) SetIdleHint(t int64) { s.idleHint = t }
+// tryFree is the one routine that frees a record holding a key (see the
+// package doc for the protocol). It returns whether it freed record ref
+// and, when it did not because the record is active, when it will be
+// idle. Under the lock.
+func (t *Table) tryFree(s *Shard, ref uint32, now int64, total bool) (freed bool, readyAt int64) {
+	rec, _ := t.Record(s, ref)
+	w := rec.State.Load()
+	if w == t.free {
+		return false, 0
+	}
+	// A fresh reading, after the load: the word cannot have been written at
+	// a time later than this one by a request that read the clock.
+	now = max(now, t.now())
+	if idle, ready := t.idle(w, now); !idle && !total {
+		return false, ready
+	}
+	// CAS, not Store: a request may have made the key active since the load.
+	if !rec.State.CompareAndSwap(w, t.free) {
+		return false, 0
+	}
+	t.Remove(s, rec.Hash.Load(), ref)
+	t.Release(s, ref, now, now)
+	t.reclaimed.Add(1)
+	return true, 0
+}
+
+// Reclaimed returns how many idle records were freed so far (sweeps, lazy
+// reuse, FreeKey).
+func (t *Table) Reclaimed() uint64 { return t.reclaimed.Load() }
+
+// FreeKey frees the record of hash h if it is idle (the caller found its
+// state too old to read, so the key restarts empty). It reports whether it
+// did; either way the caller looks the key up again.
+func (t *Table) FreeKey(h uint64, now int64) bool {
+	s := t.Shard(h)
+	s.Lock()
+	defer s.Unlock()
+	ref, ok := t.Find(s, h)
+	if !ok {
+		return false
+	}
+	freed, _ := t.tryFree(s, ref, now, false)
+	return freed
+}
+
+// Forget frees the record of hash h whether or not it is idle (a Reset):
+// it is reusable from the time its state would have emptied by itself, as
+// Idle tells, so that writers still acting on the old state find newer
+// values in it. It reports whether h had a record.
+func (t *Table) Forget(h uint64, now int64) bool {
+	s := t.Shard(h)
+	s.Lock()
+	defer s.Unlock()
+	ref, ok := t.Find(s, h)
+	if !ok {
+		return false
+	}
+	rec, _ := t.Record(s, ref)
+	now = max(now, t.now())
+	for {
+		w := rec.State.Load()
+		ready := now
+		if t.idle != nil {
+			if idle, at := t.idle(w, now); !idle {
+				ready = max(now, at)
+			}
+		}
+		if rec.State.CompareAndSwap(w, t.free) {
+			t.Remove(s, h, ref)
+			t.Release(s, ref, ready, now)
+			return true
+		}
+	}
+}
+
+// sweepBatch bounds how many records a sweep examines per lock hold, so an
+// insert into the shard being swept waits microseconds, not a whole sweep.
+const sweepBatch = 512
+
+// Sweep frees every idle record of the Table as of now (each judged with a
+// fresh clock reading, see the package doc) and returns how many it freed.
+// With total, it frees every record whose word does not move under it: for
+// a caller that knows no state was written within a window of now (time
+// jumped far past all of them).
+func (t *Table) Sweep(now int64, total bool) int {
+	if t.idle == nil {
+		return 0
+	}
+	freedN := 0
+	for i := range t.shards {
+		s := &t.shards[i]
+		for start := uint32(0); ; start += sweepBatch {
+			s.Lock()
+			n := s.allocated
+			if start >= n {
+				s.Unlock()
+				break
+			}
+			for r := start; r < min(n, start+sweepBatch); r++ {
+				if freed, _ := t.tryFree(s, r, now, total); freed {
+					freedN++
+				}
+			}
+			s.idleHint = 0 // records may go idle in any order: let lazy reuse look again
+			s.Unlock()
+		}
+	}
+	return freedN
+}
 
 // Insert adds h -> ref to the index of s, growing it past a load of 0.8.
 func (t *Table) Insert(s *Shard, h uint64, ref uint32) {
@@ -453,28 +672,6 @@ func (t *Table) Release(s *Shard, ref uint32, readyAt, now int64) {
 	// the list stays nearly sorted and Alloc looks at its head only.
 	s.deferred = append(s.deferred, Deferred{Ref: ref, ReadyAt: readyAt})
 	s.bytes.Add(int64(unsafe.Sizeof(Deferred{})))
-}
-
-// Scan visits up to budget handed-out records of s starting at its scan
-// cursor, calling fn with each record's reference; fn returns false to stop
-// early. It returns the number visited. Under the lock.
-func (t *Table) Scan(s *Shard, budget int, fn func(ref uint32) bool) int {
-	n := int(s.allocated)
-	if n == 0 {
-		return 0
-	}
-	budget = min(budget, n)
-	for i := 0; i < budget; i++ {
-		if s.cursor >= s.allocated {
-			s.cursor = 0
-		}
-		ref := s.cursor
-		s.cursor++
-		if !fn(ref) {
-			return i + 1
-		}
-	}
-	return budget
 }
 
 // Allocated returns how many records of s have been handed out so far.
