@@ -3,9 +3,15 @@
 // temporary directory that the test framework removes. Start waits until the
 // server answers PING and registers a cleanup that stops it; Kill and Restart
 // let fault tests take the server away mid-run and bring it back on the same
-// port, empty.
+// port, empty; Pause and Resume (SIGSTOP, SIGCONT) stall it with whatever
+// clients send piling up in its socket. NewProxy puts a loopback proxy with
+// a fixed delay each way in front of a server (a distant Redis), Do sends a
+// command without a client library, StartCluster starts and joins a Redis
+// Cluster of masters (redis-cli --cluster create), and StartSentinel a
+// master, a replica and a sentinel watching them.
 //
-// No mocks: where the binary is missing, Start skips the test with a message
-// that says how to install it (apt-get install redis-server). CI installs it
-// through mk/redis.mk (TEST_DEPS) so there the tests always run.
+// No mocks: where a binary (redis-server, redis-cli) is missing, the test is
+// skipped with a message that says how to install it (apt-get install
+// redis-server, which ships both). CI installs it through mk/redis.mk
+// (TEST_DEPS) so there the tests always run.
 package redistest
