@@ -46,10 +46,21 @@ const (
 	DefaultBreakerCooldown  = time.Second
 )
 
+// MaxKeyLen is the longest key, in bytes, that a Store or Hybrid accepts.
+// A longer key is denied without a round trip, and the Context variants
+// return an error wrapping ErrKeyTooLong.
+const MaxKeyLen = 1024
+
 var (
 	// ErrUnavailable is wrapped by every error that says Redis did not
 	// decide (timeout, connection failure, server error, breaker open).
+	// A caller's own context ending is not Redis being unavailable: that
+	// error wraps the context's error (context.Canceled or
+	// context.DeadlineExceeded) alone.
 	ErrUnavailable = errors.New("redis unavailable")
+	// ErrKeyTooLong is wrapped by the error for a key longer than
+	// MaxKeyLen.
+	ErrKeyTooLong = errors.New("key longer than redisstore.MaxKeyLen")
 	// ErrCircuitOpen is wrapped (with ErrUnavailable) by errors of calls
 	// that were not sent because the circuit breaker is open.
 	ErrCircuitOpen = errors.New("circuit breaker open")
@@ -58,11 +69,25 @@ var (
 // Config configures a Store. Client, Algorithm, Limit and Window are
 // required; the rest have defaults.
 type Config struct {
-	// Client is any go-redis client: *redis.Client, *redis.ClusterClient,
-	// a Sentinel failover client or a redis.UniversalClient. The Store does
-	// not close it. Set ContextTimeoutEnabled on its options so the
-	// per-call Timeout also bounds socket reads and writes; without it the
-	// client's own ReadTimeout/WriteTimeout (3 s by default) apply.
+	// Client is a go-redis client: *redis.Client (single node, or the
+	// Sentinel failover client of redis.NewFailoverClient),
+	// *redis.ClusterClient or *redis.Ring, or a redis.UniversalClient
+	// holding one. The Store does not close it. New checks its options,
+	// because they decide whether Timeout holds and whether a script can
+	// run twice:
+	//
+	//   - ContextTimeoutEnabled must be true: without it go-redis ignores
+	//     the per-call deadline and waits ReadTimeout (3 s by default).
+	//   - ReadTimeout and WriteTimeout must not be -2 (no socket deadline
+	//     at all) nor shorter than Timeout: a socket timeout before the
+	//     deadline makes go-redis resend a script that may still run.
+	//   - MaxRetries must be -1 (*redis.Client, *redis.Ring; the
+	//     ClusterClient's default): a retry after a broken connection runs
+	//     a script again that the server may already have run, counting a
+	//     request twice.
+	//
+	// Other implementations of redis.UniversalClient are rejected: their
+	// options cannot be checked.
 	Client redis.UniversalClient
 
 	// Algorithm, Limit, Window and Penalty mean what they mean in
@@ -73,21 +98,30 @@ type Config struct {
 	Window    time.Duration
 	Penalty   bool
 
-	// Prefix starts every Redis key; keys are Prefix + "{" + key + "}" +
-	// a suffix, so that all keys of one limiter key share a cluster slot.
-	// Prefix must not contain '{' or '}'. "" means DefaultPrefix.
+	// Prefix starts every Redis key (see the package documentation for
+	// the layout). Prefix must not contain '{' or '}', which delimit the
+	// cluster hash tag. "" means DefaultPrefix.
 	Prefix string
 
-	// Timeout bounds each call to Redis. 0 means DefaultTimeout.
+	// Timeout bounds each call to Redis (with the caller's context
+	// deadline, if earlier). Redis itself refuses a call that reaches it
+	// too late to answer in time (see "Deadlines" in the package
+	// documentation). 0 means DefaultTimeout.
 	Timeout time.Duration
 	// OnFailure is the policy for calls Redis does not answer.
 	OnFailure FailPolicy
 	// Nodes is the number of processes sharing the limit; FailLocal gives
 	// each Limit/Nodes (at least 1). 0 means 1.
 	Nodes int
-	// BreakerThreshold consecutive failures open the circuit breaker for
-	// BreakerCooldown; then one probe call is let through (half-open) and
-	// its success closes the breaker. 0 means the defaults.
+	// BreakerThreshold consecutive failing intervals open the circuit
+	// breaker for BreakerCooldown: an interval is one Timeout long, and
+	// however many calls fail in one interval (all the calls in flight
+	// when Redis stalls) it counts once; a success starts the count over.
+	// After the cool-down one probe call is let through (half-open) and
+	// its success closes the breaker. Only Redis's faults count (timeouts,
+	// refused or broken connections, a server that says it is down or out
+	// of memory); a caller's cancelled or expired context and a per-key
+	// error reply do not. 0 means the defaults.
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
 
@@ -143,6 +177,9 @@ func (c Config) normalize() (Config, error) {
 	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
 	}
+	if err := checkClient(c.Client, c.Timeout); err != nil {
+		return c, err
+	}
 	switch c.OnFailure {
 	case FailLocal, FailOpen, FailClosed:
 	default:
@@ -171,3 +208,50 @@ func (c Config) normalize() (Config, error) {
 
 // localShare is the limit each node's FailLocal engine gets.
 func (c Config) localShare() int { return max(1, c.Limit/c.Nodes) }
+
+// clientOptions are the go-redis options that decide whether a Store's
+// deadline holds and whether a script can be sent twice, as the client
+// normalized them (after init: MaxRetries 0 means none; ReadTimeout 0
+// means no timeout of its own, -1 means no socket deadline at all).
+type clientOptions struct {
+	contextTimeout            bool
+	readTimeout, writeTimeout time.Duration
+	maxRetries                int
+}
+
+// checkClient rejects clients whose options break Timeout or let go-redis
+// resend a script (see Config.Client).
+func checkClient(c redis.UniversalClient, timeout time.Duration) error {
+	var o clientOptions
+	switch c := c.(type) {
+	case *redis.Client:
+		opt := c.Options()
+		o = clientOptions{opt.ContextTimeoutEnabled, opt.ReadTimeout, opt.WriteTimeout, opt.MaxRetries}
+	case *redis.ClusterClient:
+		opt := c.Options()
+		o = clientOptions{opt.ContextTimeoutEnabled, opt.ReadTimeout, opt.WriteTimeout, max(0, opt.MaxRetries)}
+	case *redis.Ring:
+		opt := c.Options()
+		o = clientOptions{opt.ContextTimeoutEnabled, opt.ReadTimeout, opt.WriteTimeout, opt.MaxRetries}
+	default:
+		return invalid("Config.Client of type %T cannot be checked (want *redis.Client, *redis.ClusterClient or *redis.Ring)", c)
+	}
+	if !o.contextTimeout {
+		return invalid("Config.Client: ContextTimeoutEnabled is false, so go-redis would ignore the per-call Timeout; set it on the client's options")
+	}
+	for _, t := range []struct {
+		name string
+		d    time.Duration
+	}{{"ReadTimeout", o.readTimeout}, {"WriteTimeout", o.writeTimeout}} {
+		if t.d < 0 {
+			return invalid("Config.Client: %s is -2 (no socket deadline), so go-redis would ignore the per-call Timeout", t.name)
+		}
+		if t.d > 0 && t.d < timeout {
+			return invalid("Config.Client: %s %v is shorter than Config.Timeout %v: go-redis would give up and resend a script that may still run", t.name, t.d, timeout)
+		}
+	}
+	if o.maxRetries > 0 {
+		return invalid("Config.Client: MaxRetries is %d: a retried script may run twice (one request counted twice); set MaxRetries: -1", o.maxRetries)
+	}
+	return nil
+}

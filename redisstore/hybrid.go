@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,83 +40,122 @@ type HybridConfig struct {
 // locally by spending them: an atomic decrement, no network. A background
 // loop, every SyncInterval, returns unused tokens and reserves new ones
 // sized to the key's recent demand (at most MaxLease), for all active keys
-// in one pipelined round trip. A key's first request on a node, or the
-// first after its lease ran out of time, waits for one round trip.
+// in pipelined round trips (chunks of 512 keys, a few in parallel). A
+// key's first request on a node, or one that finds no live lease, waits
+// for the lease in flight or sends one itself; it waits at most
+// Config.Timeout (or its context's deadline), then the fail policy
+// decides.
 //
-// Error bound (SlidingLog). A lease is spent only within 2 x SyncInterval
-// of the moment its request was sent, and a node sends for a key at most
-// once per SyncInterval. A request admitted at u in the window [t-W, t]
-// whose tokens the Redis window no longer counts was reserved before
-// t-W, so its lease was sent in (t-W-2I, t-W): at most two leases per
-// node. Redis never holds more than Limit reservations in any window, so
-// with N nodes the admitted requests in any window of length W are at most
+// Lease lifetime. A lease sent at s and received at r is spent until
+// max(s + 2 x SyncInterval, r + SyncInterval): however long the round
+// trip, a lease lives at least one SyncInterval after it arrives, so a
+// slow network (a round trip above SyncInterval) slows renewals but does
+// not starve the node. A node has at most one send in flight per key and
+// sends for a key at least SyncInterval apart.
+//
+// Error bound (SlidingLog). Redis never holds more than Limit reservations
+// in any window. A request admitted at u in the window [t-W, t] whose
+// tokens the Redis window no longer counts was reserved before t-W, so its
+// lease was sent before t-W and lived past it: either it was sent in
+// [t-W-2I, t-W) (at most two sends, I apart), or it was sent earlier and
+// received after t-W-I, and then the next send came after that receipt, so
+// at most one more send falls in [t-W-I, t-W). Either way at most two
+// leases per node, and with N nodes the admitted requests in any window of
+// length W are at most
 //
 //	Limit + 2 x N x MaxLease
 //
-// (a first request of n > MaxLease leases n, and n replaces MaxLease there).
-// The bound is worst case (bursts exactly at window edges); the test
-// measures the overshoot of three nodes on a trace against it. The price is
-// undershoot: tokens reserved but not spent are unavailable to other nodes
-// until the next sync returns them. SlidingCounter keeps its own
-// approximation on top. Decision.Remaining is the node's unspent lease and
-// RetryAfter the time to its next sync; both are local views.
+// (a first request of n > MaxLease leases n, and n replaces MaxLease
+// there). SlidingCounter keeps its own approximation on top: its
+// reservations obey the counter's rule, whose worst case is Limit - 1 over
+// Limit (package engine), so its bound is 2 x Limit - 1 + 2 x N x MaxLease.
+// Bound returns the part above Limit. The bounds are worst cases (bursts
+// exactly at window edges); the tests measure three nodes on a trace
+// against them. The price is undershoot: tokens reserved but not spent are
+// unavailable to other nodes until the next sync returns them.
+// Decision.Remaining is the node's unspent lease and RetryAfter the time to
+// its next sync; both are local views.
 //
-// When Redis fails, keys with a live lease keep spending it; the others
-// are decided by OnFailure, as in a Store.
+// Faults. When Redis fails, keys with a live lease keep spending it; the
+// others are decided by OnFailure, as in a Store. A lease whose reply comes
+// after Timeout is a fault like any other (counted in Stats().Store, decided
+// by the policy), and Redis refuses a lease request that reaches it after
+// its deadline, so a node never leaves reserved tokens behind that it did
+// not receive (see "Deadlines" in the package documentation). Returns of
+// unused tokens count once even when resent after a lost reply.
 type Hybrid struct {
 	s        *Store
-	lease    *redis.Script
+	lease    *script
 	interval int64 // ns
 	maxLease int
-	ttl      string
+	node     any // this node's id in the SlidingCounter return marks
 	start    time.Time
 
 	keys sync.Map // string -> *hkey
+
+	// Requests without a live lease queue their keys' lease requests here;
+	// one goroutine at a time drains the queue into pipelines, so many
+	// cold keys at once cost a few round trips, not one each.
+	missMu   sync.Mutex
+	missQ    []*job
+	draining bool
+	slots    chan struct{} // bounds the pipelines in flight (misses and syncs)
 
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
 
-	allowed, denied, misses, syncs atomic.Uint64
-	leased, returned, syncedKeys   atomic.Uint64
-	scriptReloads, pipelineFaults  atomic.Uint64
+	allowed, denied, misses, late, syncs atomic.Uint64
+	leased, returned, syncedKeys         atomic.Uint64
+	scriptLoads, pipelineFaults          atomic.Uint64
 }
 
 // lease is a grant of tokens for one key on this node.
 type lease struct {
 	tokens  atomic.Int64 // unspent; swapped to 0 when the lease is retired
 	granted int64
-	expires int64 // monotonic ns: send + 2 x SyncInterval
+	expires int64 // monotonic ns: max(send + 2 x SyncInterval, receipt + SyncInterval)
 	at      int64 // log: server µs of the reservation; counter: window number
 	first   int64 // log: seq of the first member
 }
 
-// ret is a retired lease's unspent tokens, to give back at the next sync.
-type ret struct{ at, first, unused int64 }
+// ret is a retired lease's unspent tokens, to give back at a later sync;
+// seq numbers a SlidingCounter key's returns on this node (see
+// counterLeaseScript).
+type ret struct{ at, first, unused, seq int64 }
+
+// flight is a lease request in progress; done is closed once its result is
+// installed. Requests that find no live lease wait on it.
+type flight struct{ done chan struct{} }
 
 type hkey struct {
-	key    string
-	cur    atomic.Pointer[lease]
-	demand atomic.Int64 // tokens asked since the last sync, admitted or not
+	key         string
+	name, marks string // Redis keys (marks: SlidingCounter only)
+	tag         uint16
+	cur         atomic.Pointer[lease]
+	demand      atomic.Int64 // tokens asked since the last sync, admitted or not
 
-	mu       sync.Mutex // serializes sends for the key (loop vs first request)
-	lastSend int64      // monotonic ns of the last send; guarded by mu
-	failed   bool       // the last send failed; guarded by mu
-	pending  []ret      // guarded by mu
-	quiet    int        // syncs since the key last had demand; guarded by mu
-	dead     bool       // removed from the map; guarded by mu
+	mu       sync.Mutex
+	flight   *flight // the send in progress, nil if none; guarded by mu
+	lastSend int64   // monotonic ns of the last send; guarded by mu
+	failErr  error   // why the last send failed, nil if it did not; guarded by mu
+	pending  []ret   // guarded by mu
+	retSeq   int64   // the last return seq handed out; guarded by mu
+	quiet    int     // syncs since the key last had demand; guarded by mu
+	dead     bool    // removed from the map; guarded by mu
 }
 
 // HybridStats is a snapshot of a Hybrid's counters (monotonic).
 type HybridStats struct {
 	Allowed, Denied uint64
-	Misses          uint64 // decisions that waited for a round trip (no live lease)
+	Misses          uint64 // decisions that found no live lease and waited for one
+	Late            uint64 // of those, the ones whose wait ran past Timeout (decided by the policy)
 	Syncs           uint64 // background batches sent
 	SyncedKeys      uint64 // key entries in those batches
 	Leased          uint64 // tokens granted by Redis
 	Returned        uint64 // unspent tokens given back
-	PipelineFaults  uint64 // batches or entries that failed
-	ScriptLoads     uint64 // NOSCRIPT answers that made a batch load the script
+	PipelineFaults  uint64 // lease requests that failed
+	ScriptLoads     uint64 // NOSCRIPT answers that made a batch resend by EVAL
 	Keys            int    // keys tracked on this node now
 	Store           Stats  // the underlying Store's faults and policy decisions
 }
@@ -128,9 +169,15 @@ const keepWarm = 4
 // entry is dropped (its lease has expired and its tokens were returned).
 const idleSyncs = 16
 
-// pipelineChunk bounds the commands of one pipeline, so a node with many
-// active keys sends several moderate batches rather than one huge one.
-const pipelineChunk = 512
+// pipelineChunk bounds the commands of one pipeline, and chunkParallelism
+// (twice over: syncs and misses share the bound) how many are in flight at
+// once, so a node with many active keys sends moderate batches side by
+// side rather than one huge one or one after another (each chunk's leases
+// count from its own send and receipt).
+const (
+	pipelineChunk    = 512
+	chunkParallelism = 4
+)
 
 // NewHybrid validates cfg, starts the background sync and returns a Hybrid.
 // Close stops it and returns the unspent tokens.
@@ -159,9 +206,12 @@ func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 		per := 2 * int64(c.Limit) * int64(cfg.SyncInterval)
 		cfg.MaxLease = int(min(int64(c.Limit), max(1, (per+int64(c.Window)-1)/int64(c.Window))))
 	}
+	var id [8]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read never fails (Go 1.24)
 	h := &Hybrid{
 		s: s, lease: logLeaseScript, interval: int64(cfg.SyncInterval), maxLease: cfg.MaxLease,
-		ttl: s.ttl, start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
+		node: hex.EncodeToString(id[:]), start: time.Now(), stop: make(chan struct{}), done: make(chan struct{}),
+		slots: make(chan struct{}, 2*chunkParallelism),
 	}
 	if c.Algorithm == engine.SlidingCounter {
 		h.lease = counterLeaseScript
@@ -173,9 +223,17 @@ func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 // MaxLease returns the lease cap in use (the default filled in).
 func (h *Hybrid) MaxLease() int { return h.maxLease }
 
-// Bound returns the documented worst-case overshoot for nodes nodes:
-// 2 x nodes x MaxLease requests above Limit in any window.
-func (h *Hybrid) Bound(nodes int) int { return 2 * nodes * h.maxLease }
+// Bound returns the documented worst-case overshoot for nodes nodes: how
+// many requests above Limit any window of length Window may admit.
+// SlidingLog: 2 x nodes x MaxLease. SlidingCounter: Limit - 1 more, its
+// own approximation (see Hybrid).
+func (h *Hybrid) Bound(nodes int) int {
+	b := 2 * nodes * h.maxLease
+	if h.s.cfg.Algorithm == engine.SlidingCounter {
+		b += h.s.cfg.Limit - 1
+	}
+	return b
+}
 
 func (h *Hybrid) mono() int64 { return int64(time.Since(h.start)) }
 
@@ -184,55 +242,51 @@ func (h *Hybrid) Allow(key string) bool { return h.AllowN(key, 1).Allowed }
 
 // AllowN admits n requests for key, all or none, from the node's lease.
 func (h *Hybrid) AllowN(key string, n int) engine.Decision {
+	d, _ := h.AllowNContext(context.Background(), key, n)
+	return d
+}
+
+// AllowNContext is AllowN. A decision with a live lease never waits; one
+// without waits for a lease at most Config.Timeout or until ctx ends, and
+// then returns the fail policy's decision with an error, as a Store does.
+func (h *Hybrid) AllowNContext(ctx context.Context, key string, n int) (engine.Decision, error) {
 	L := h.s.cfg.Limit
 	if n <= 0 || n > L {
 		h.denied.Add(1)
-		return engine.Decision{Limit: L}
+		return engine.Decision{Limit: L}, nil
+	}
+	if err := h.s.checkKey("allow", key); err != nil {
+		h.denied.Add(1)
+		return engine.Decision{Limit: L}, err
 	}
 	e := h.entry(key)
 	e.demand.Add(int64(n))
-	for miss := false; ; miss = true {
-		now := h.mono()
-		if l := e.cur.Load(); l != nil && now < l.expires {
-			for {
-				t := l.tokens.Load()
-				if t < int64(n) {
-					h.denied.Add(1)
-					return engine.Decision{Limit: L, Remaining: int(t), RetryAfter: time.Duration(h.interval)}
-				}
-				// A retired lease is swapped to 0, so a CAS from a stale
-				// load fails: no token is spent after its return is counted.
-				if l.tokens.CompareAndSwap(t, t-int64(n)) {
-					h.allowed.Add(1)
-					return engine.Decision{Allowed: true, Limit: L, Remaining: int(t) - n, ResetAfter: h.s.cfg.Window}
-				}
-			}
+	if d, ok := h.spend(e, n, h.mono()); ok {
+		return d, nil
+	}
+	return h.miss(ctx, e, key, n)
+}
+
+// spend decides from e's lease if it is live.
+func (h *Hybrid) spend(e *hkey, n int, now int64) (engine.Decision, bool) {
+	l := e.cur.Load()
+	if l == nil || now >= l.expires {
+		return engine.Decision{}, false
+	}
+	L := h.s.cfg.Limit
+	for {
+		t := l.tokens.Load()
+		if t < int64(n) {
+			h.denied.Add(1)
+			return engine.Decision{Limit: L, Remaining: int(t), RetryAfter: time.Duration(h.interval)}, true
 		}
-		if miss {
-			break
-		}
-		var ok bool
-		if e, ok = h.acquire(e, key, n); !ok {
-			break
+		// A retired lease is swapped to 0, so a CAS from a stale load
+		// fails: no token is spent after its return is counted.
+		if l.tokens.CompareAndSwap(t, t-int64(n)) {
+			h.allowed.Add(1)
+			return engine.Decision{Allowed: true, Limit: L, Remaining: int(t) - n, ResetAfter: h.s.cfg.Window}, true
 		}
 	}
-	// No live lease and none to be had: Redis failed, or was asked less
-	// than a SyncInterval ago.
-	e.mu.Lock()
-	failed := e.failed
-	e.mu.Unlock()
-	var d engine.Decision
-	if failed {
-		d = h.s.fail(key, n, true)
-	} else {
-		d = engine.Decision{Limit: L, RetryAfter: time.Duration(h.interval)}
-	}
-	if d.Allowed {
-		h.allowed.Add(1)
-	} else {
-		h.denied.Add(1)
-	}
-	return d
 }
 
 // entry returns key's live entry, creating it.
@@ -240,103 +294,308 @@ func (h *Hybrid) entry(key string) *hkey {
 	if v, ok := h.keys.Load(key); ok {
 		return v.(*hkey)
 	}
-	v, _ := h.keys.LoadOrStore(key, &hkey{key: key, lastSend: -1 << 62})
+	e := &hkey{key: key, lastSend: -1 << 62}
+	e.name, e.tag = h.s.ks.state(key)
+	if h.s.cfg.Algorithm == engine.SlidingCounter {
+		e.marks = h.s.ks.marks(key)
+	}
+	v, _ := h.keys.LoadOrStore(key, e)
 	return v.(*hkey)
 }
 
-// acquire is the miss path: one synchronous lease for e. It returns the
-// entry to retry on and whether a send happened.
-func (h *Hybrid) acquire(e *hkey, key string, n int) (*hkey, bool) {
-	e.mu.Lock()
-	for e.dead {
-		e.mu.Unlock()
-		e = h.entry(key)
-		e.mu.Lock()
-	}
-	defer e.mu.Unlock()
-	now := h.mono()
-	if l := e.cur.Load(); l != nil && now < l.expires {
-		return e, true // another goroutine got one meanwhile
-	}
-	if now-e.lastSend < h.interval {
-		return e, false // keep sends a SyncInterval apart (the bound needs it)
-	}
+// errLeaseWait is the cause of a decision whose wait for a lease ran past
+// its budget.
+var errLeaseWait = errors.New("no lease within the timeout")
+
+// miss is the path of a decision without a live lease: wait for the lease
+// in flight, or send one, within the decision's budget (Timeout or ctx's
+// deadline, whichever is first). One send per key at a time, at least a
+// SyncInterval after the last; after a failed send the policy decides
+// until the next one is due.
+func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.Decision, error) {
 	h.misses.Add(1)
-	g := int64(min(h.s.cfg.Limit, max(n, h.maxLease)))
-	e.demand.Store(0) // this send serves the demand so far
-	batch := []*hkey{e}
-	reqs := []int64{g}
-	h.send(context.Background(), now, batch, reqs)
-	return e, true
-}
-
-// send runs the lease script for entries (locked by the caller) with the
-// given requests, in pipelines, and installs the results. now is the send
-// time: leases expire at now + 2 x SyncInterval.
-func (h *Hybrid) send(ctx context.Context, now int64, entries []*hkey, reqs []int64) {
-	for i := 0; i < len(entries); i += pipelineChunk {
-		j := min(len(entries), i+pipelineChunk)
-		h.sendChunk(ctx, now, entries[i:j], reqs[i:j])
+	deadline := time.Now().Add(h.s.cfg.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
-}
-
-func (h *Hybrid) sendChunk(ctx context.Context, now int64, entries []*hkey, reqs []int64) {
-	cmds := make([]*redis.Cmd, len(entries))
-	pipeline := func(ctx context.Context) error {
-		_, err := h.s.cfg.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, e := range entries {
-				args := make([]any, 0, 5+3*len(e.pending))
-				args = append(args, h.s.limit, h.s.winUS, reqs[i], h.ttl, len(e.pending))
-				for _, r := range e.pending {
-					args = append(args, r.at, r.first, r.unused)
-				}
-				cmds[i] = h.lease.EvalSha(ctx, p, h.s.keys(e.key), args...)
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		e.mu.Lock()
+		for e.dead {
+			e.mu.Unlock()
+			e = h.entry(key)
+			e.mu.Lock()
+		}
+		now := h.mono()
+		if d, ok := h.spend(e, n, now); ok {
+			e.mu.Unlock()
+			return d, nil
+		}
+		f := e.flight
+		var wake <-chan struct{}
+		switch {
+		case f != nil:
+			wake = f.done
+		case e.failErr != nil && now-e.lastSend < h.interval:
+			err := e.failErr
+			e.mu.Unlock()
+			return h.policy(key, n, err)
+		case now-e.lastSend < h.interval:
+			// A send that returned tokens only (the key had gone quiet):
+			// the next may go once a SyncInterval has passed.
+		default:
+			f = &flight{done: make(chan struct{})}
+			e.flight = f
+			e.demand.Store(0) // this send serves the demand so far
+			j := h.newJob(e, int64(min(h.s.cfg.Limit, max(n, h.maxLease))), f)
+			wake = f.done
+			h.queueMiss(j)
+		}
+		wait := time.Until(deadline)
+		if wake == nil {
+			wait = min(wait, time.Duration(e.lastSend+h.interval-now))
+		}
+		e.mu.Unlock()
+		if wait <= 0 {
+			h.late.Add(1)
+			return h.policy(key, n, fmt.Errorf("%w: %w: %w", ErrUnavailable, context.DeadlineExceeded, errLeaseWait))
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-wake:
+		case <-timer.C:
+		case <-ctx.Done():
+			return h.policy(key, n, ctx.Err())
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
 			}
-			return nil
-		})
-		return err
+		}
 	}
-	run := func(ctx context.Context) error {
-		err := pipeline(ctx)
-		if isNoScript(err) {
-			// A pipeline cannot fall back to EVAL per command: load the
-			// script (on every master of a cluster) and resend once.
-			h.scriptReloads.Add(1)
-			if err = h.lease.Load(ctx, h.s.cfg.Client).Err(); err == nil {
-				err = pipeline(ctx)
+}
+
+// policy is the decision of a request that got no lease: the fail
+// policy's, consuming nothing when the caller gave up (err is then the
+// context's error alone).
+func (h *Hybrid) policy(key string, n int, err error) (engine.Decision, error) {
+	d := h.s.fail(key, n, errors.Is(err, ErrUnavailable))
+	if d.Allowed {
+		h.allowed.Add(1)
+	} else {
+		h.denied.Add(1)
+	}
+	return d, fmt.Errorf("redisstore: hybrid allow %q: %w", key, err)
+}
+
+// job is one key's lease request: g tokens (0: returns only) and the
+// returns to send, copied under the key's lock when the job is made, and
+// the flight to close once its result is installed.
+type job struct {
+	e    *hkey
+	g    int64
+	rets []ret
+	f    *flight
+}
+
+// newJob makes e's request. Caller holds e.mu and has set e.flight = f.
+func (h *Hybrid) newJob(e *hkey, g int64, f *flight) *job {
+	return &job{e: e, g: g, rets: append([]ret(nil), e.pending...), f: f}
+}
+
+// queueMiss queues a lease request of the miss path and makes sure a
+// goroutine is draining the queue.
+func (h *Hybrid) queueMiss(j *job) {
+	h.missMu.Lock()
+	h.missQ = append(h.missQ, j)
+	start := !h.draining
+	h.draining = true
+	h.missMu.Unlock()
+	if start {
+		go h.drainMisses()
+	}
+}
+
+// drainMisses sends the queued lease requests in chunks, without waiting
+// for one batch before taking the next (h.slots bounds them), and exits
+// when the queue is empty.
+func (h *Hybrid) drainMisses() {
+	for {
+		h.missMu.Lock()
+		q := h.missQ
+		h.missQ = nil
+		if len(q) == 0 {
+			h.draining = false
+			h.missMu.Unlock()
+			return
+		}
+		h.missMu.Unlock()
+		h.sendChunks(q, nil)
+	}
+}
+
+// sendChunks sends jobs in pipelines of pipelineChunk, at most cap(h.slots)
+// in flight; with wg it returns at once and marks each chunk done on wg,
+// else it also returns at once (each chunk closes its flights).
+func (h *Hybrid) sendChunks(jobs []*job, wg *sync.WaitGroup) {
+	for i := 0; i < len(jobs); i += pipelineChunk {
+		chunk := jobs[i:min(len(jobs), i+pipelineChunk)]
+		h.slots <- struct{}{}
+		if wg != nil {
+			wg.Add(1)
+		}
+		go func() {
+			h.sendChunk(chunk)
+			<-h.slots
+			if wg != nil {
+				wg.Done()
+			}
+		}()
+	}
+}
+
+// args builds the lease script's command for j (see the lease scripts'
+// ARGV): verb is evalsha or eval.
+func (h *Hybrid) args(j *job, verb string, dlWall int64) []any {
+	counter := h.lease == counterLeaseScript
+	a := make([]any, 0, 12+3*len(j.rets))
+	code := h.lease.sha
+	if verb == "eval" {
+		code = h.lease.src
+	}
+	if counter {
+		a = append(a, verb, code, "2", j.e.name, j.e.marks)
+	} else {
+		a = append(a, verb, code, oneKey, j.e.name)
+	}
+	a = append(a, h.s.limit, h.s.winUS, j.g, h.s.ttl, h.s.serverDeadline(dlWall, j.e.tag), len(j.rets))
+	for _, r := range j.rets {
+		if counter {
+			a = append(a, r.at, r.unused, r.seq)
+		} else {
+			a = append(a, r.at, r.first, r.unused)
+		}
+	}
+	if counter {
+		a = append(a, h.node)
+	}
+	return a
+}
+
+// sendChunk sends jobs in one pipeline (resending by EVAL those the server
+// answered NOSCRIPT), installs each result and closes the jobs' flights.
+// Jobs that share a flight are adjacent; it is closed after the last.
+func (h *Hybrid) sendChunk(jobs []*job) {
+	cmds := make([]*redis.IntSliceCmd, len(jobs))
+	var send, recv int64
+	var recvWall time.Time
+	err := h.s.roundTrip(context.Background(), func(ctx context.Context, dlWall int64) error {
+		send = h.mono()
+		err := h.pipeline(ctx, jobs, cmds, "evalsha", dlWall, nil)
+		var again []int
+		for i, c := range cmds {
+			if isNoScript(c.Err()) {
+				again = append(again, i)
+			}
+		}
+		if len(again) > 0 {
+			h.scriptLoads.Add(1)
+			err = h.pipeline(ctx, jobs, cmds, "eval", dlWall, again)
+		}
+		recv, recvWall = h.mono(), time.Now()
+		var re redis.Error
+		if errors.As(err, &re) && !serverDown(err) {
+			err = nil // a per-key error reply: that entry fails, the server is fine
+		}
+		for _, c := range cmds {
+			if r := c.Val(); err == nil && c.Err() == nil && len(r) == 5 && r[0] == -1 {
+				err = errLate // judged below per entry too; the breaker counts the stall once
 			}
 		}
 		return err
-	}
-	err := h.s.do(ctx, run)
-	for i, e := range entries {
-		e.lastSend = now
-		var r []int64
+	})
+	for i, j := range jobs {
+		var r [4]int64
 		cerr := err
-		if cmds[i] != nil && (err == nil || cmds[i].Err() == nil) {
-			r, cerr = cmds[i].Int64Slice()
-			if cerr == nil && len(r) != 3 {
-				cerr = fmt.Errorf("lease script returned %d values, want 3", len(r))
-			}
+		if c := cmds[i]; c != nil && c.Err() == nil {
+			r, cerr = h.s.reply(j.e.tag, c.Val(), recvWall)
+		} else if c != nil && cerr == nil {
+			cerr = c.Err()
 		}
-		if cerr != nil {
-			e.failed = true
-			h.pipelineFaults.Add(1)
-			continue
+		h.install(j, r, cerr, send, recv)
+		if i == len(jobs)-1 || jobs[i+1].f != j.f {
+			close(j.f.done)
 		}
-		e.failed = false
-		for _, p := range e.pending {
-			h.returned.Add(uint64(p.unused))
-		}
-		e.pending = e.pending[:0]
-		if reqs[i] == 0 {
-			continue
-		}
-		nl := &lease{granted: r[0], expires: now + 2*h.interval, at: r[1], first: r[2]}
-		nl.tokens.Store(r[0])
-		h.leased.Add(uint64(r[0]))
-		h.retire(e, e.cur.Swap(nl))
 	}
+}
+
+// pipeline sends the commands of jobs (only those at the indexes in only,
+// if not nil) in one pipeline, storing them in cmds.
+func (h *Hybrid) pipeline(ctx context.Context, jobs []*job, cmds []*redis.IntSliceCmd, verb string, dlWall int64, only []int) error {
+	p := h.s.cfg.Client.Pipeline()
+	queue := func(i int) {
+		cmds[i] = redis.NewIntSliceCmd(ctx, h.args(jobs[i], verb, dlWall)...)
+		_ = p.Process(ctx, cmds[i])
+	}
+	if only == nil {
+		for i := range jobs {
+			queue(i)
+		}
+	} else {
+		for _, i := range only {
+			queue(i)
+		}
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// install applies one lease reply (or failure) to its key and clears the
+// key's flight.
+func (h *Hybrid) install(j *job, r [4]int64, err error, send, recv int64) {
+	e := j.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.flight = nil
+	e.lastSend = send
+	if err != nil {
+		if !errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err) // a per-key error reply or a late refusal
+		}
+		e.failErr = err
+		h.pipelineFaults.Add(1)
+		return // the returns stay pending; resending them is safe (see the lease scripts)
+	}
+	e.failErr = nil
+	if len(e.pending) >= len(j.rets) {
+		e.pending = append(e.pending[:0], e.pending[len(j.rets):]...)
+	}
+	for _, p := range j.rets {
+		h.returned.Add(uint64(p.unused))
+	}
+	if j.g == 0 {
+		return
+	}
+	nl := &lease{granted: r[0], expires: max(send+2*h.interval, recv+h.interval), at: r[1], first: r[2]}
+	nl.tokens.Store(r[0])
+	h.leased.Add(uint64(r[0]))
+	if e.dead {
+		// Reset raced with this lease: its tokens stay reserved until they
+		// leave the window (the key was deleted; returning them could
+		// subtract from requests recorded after the Reset).
+		nl.tokens.Store(0)
+	}
+	h.retire(e, e.cur.Swap(nl))
 }
 
 // retire takes an old lease out of use and queues its unspent tokens for
@@ -345,13 +604,10 @@ func (h *Hybrid) retire(e *hkey, l *lease) {
 	if l == nil {
 		return
 	}
-	if unused := l.tokens.Swap(0); unused > 0 {
-		e.pending = append(e.pending, ret{at: l.at, first: l.first + l.granted - unused, unused: unused})
+	if unused := l.tokens.Swap(0); unused > 0 && !e.dead {
+		e.retSeq++
+		e.pending = append(e.pending, ret{at: l.at, first: l.first + l.granted - unused, unused: unused, seq: e.retSeq})
 	}
-}
-
-func isNoScript(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // loop is the background sync: batches start at least SyncInterval apart.
@@ -373,17 +629,23 @@ func (h *Hybrid) loop() {
 }
 
 // sync renews the leases of keys with demand, returns unspent tokens and
-// drops idle keys. final returns everything and renews nothing.
+// drops idle keys; the chunks go out side by side and sync returns when
+// all are installed. final returns everything and renews nothing, after
+// waiting for sends in flight.
 func (h *Hybrid) sync(final bool) {
 	now := h.mono()
-	var entries []*hkey
-	var reqs []int64
+	var jobs []*job
+	var f *flight
 	h.keys.Range(func(k, v any) bool {
 		e := v.(*hkey)
-		if !e.mu.TryLock() {
-			return true // a first request is fetching this key's lease
+		e.mu.Lock()
+		for final && e.flight != nil {
+			f := e.flight
+			e.mu.Unlock()
+			<-f.done
+			e.mu.Lock()
 		}
-		if now-e.lastSend < h.interval && !final {
+		if e.flight != nil || (!final && now-e.lastSend < h.interval) {
 			e.mu.Unlock()
 			return true
 		}
@@ -410,35 +672,48 @@ func (h *Hybrid) sync(final bool) {
 			e.mu.Unlock()
 			return true
 		}
-		entries = append(entries, e) // stays locked until sent
-		reqs = append(reqs, g)
+		if len(jobs)%pipelineChunk == 0 {
+			f = &flight{done: make(chan struct{})} // one per chunk
+		}
+		e.flight = f
+		jobs = append(jobs, h.newJob(e, g, f))
+		e.mu.Unlock()
 		return true
 	})
-	if len(entries) == 0 {
+	if len(jobs) == 0 {
 		return
 	}
 	h.syncs.Add(1)
-	h.syncedKeys.Add(uint64(len(entries)))
-	h.send(context.Background(), now, entries, reqs)
-	for _, e := range entries {
-		e.mu.Unlock()
-	}
+	h.syncedKeys.Add(uint64(len(jobs)))
+	var wg sync.WaitGroup
+	h.sendChunks(jobs, &wg)
+	wg.Wait()
 }
 
 // Peek reports what AllowN(key, 1) would decide from the node's lease, or
 // asks Redis (one round trip) when the key has no live lease.
 func (h *Hybrid) Peek(key string) engine.Decision {
+	d, _ := h.PeekContext(context.Background(), key)
+	return d
+}
+
+// PeekContext is Peek; a round trip to Redis, if one is needed, is bounded
+// as in Store.PeekContext.
+func (h *Hybrid) PeekContext(ctx context.Context, key string) (engine.Decision, error) {
 	if v, ok := h.keys.Load(key); ok {
 		if l := v.(*hkey).cur.Load(); l != nil && h.mono() < l.expires {
 			t := l.tokens.Load()
-			return engine.Decision{Allowed: t >= 1, Limit: h.s.cfg.Limit, Remaining: int(t)}
+			return engine.Decision{Allowed: t >= 1, Limit: h.s.cfg.Limit, Remaining: int(t)}, nil
 		}
 	}
-	return h.s.Peek(key)
+	return h.s.PeekContext(ctx, key)
 }
 
 // Reset forgets key on this node and in Redis.
-func (h *Hybrid) Reset(key string) {
+func (h *Hybrid) Reset(key string) { _ = h.ResetContext(context.Background(), key) }
+
+// ResetContext is Reset under ctx.
+func (h *Hybrid) ResetContext(ctx context.Context, key string) error {
 	if v, ok := h.keys.LoadAndDelete(key); ok {
 		e := v.(*hkey)
 		e.mu.Lock()
@@ -446,10 +721,10 @@ func (h *Hybrid) Reset(key string) {
 		if l := e.cur.Swap(nil); l != nil {
 			l.tokens.Store(0)
 		}
-		e.pending = nil // the DEL below drops them with the key
+		e.pending = nil // the key's deletion drops them with it
 		e.mu.Unlock()
 	}
-	h.s.Reset(key)
+	return h.s.ResetContext(ctx, key)
 }
 
 // Stats returns a snapshot of the Hybrid's counters.
@@ -457,9 +732,9 @@ func (h *Hybrid) Stats() HybridStats {
 	n := 0
 	h.keys.Range(func(any, any) bool { n++; return true })
 	return HybridStats{
-		Allowed: h.allowed.Load(), Denied: h.denied.Load(), Misses: h.misses.Load(),
+		Allowed: h.allowed.Load(), Denied: h.denied.Load(), Misses: h.misses.Load(), Late: h.late.Load(),
 		Syncs: h.syncs.Load(), SyncedKeys: h.syncedKeys.Load(), Leased: h.leased.Load(),
-		Returned: h.returned.Load(), PipelineFaults: h.pipelineFaults.Load(), ScriptLoads: h.scriptReloads.Load(), Keys: n,
+		Returned: h.returned.Load(), PipelineFaults: h.pipelineFaults.Load(), ScriptLoads: h.scriptLoads.Load(), Keys: n,
 		Store: h.s.Stats(),
 	}
 }
@@ -472,24 +747,6 @@ func (h *Hybrid) Close() error {
 	h.stopOnce.Do(func() { close(h.stop) })
 	<-h.done
 	return h.s.Close()
-}
-
-// AllowNContext is AllowN. Hybrid decides from leases renewed in the
-// background, so a decision waits on Redis only when the key has no live
-// lease; that wait is bounded by Config.Timeout.
-func (h *Hybrid) AllowNContext(_ context.Context, key string, n int) (engine.Decision, error) {
-	return h.AllowN(key, n), nil
-}
-
-// PeekContext is Peek.
-func (h *Hybrid) PeekContext(_ context.Context, key string) (engine.Decision, error) {
-	return h.Peek(key), nil
-}
-
-// ResetContext is Reset.
-func (h *Hybrid) ResetContext(_ context.Context, key string) error {
-	h.Reset(key)
-	return nil
 }
 
 var _ engine.RateLimiter = (*Hybrid)(nil)

@@ -1,63 +1,143 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+)
 
-// Both scripts take the same ARGV and return the same reply, so the Go side
-// has one code path:
+// script is a Lua script sent by EVALSHA, or by EVAL (which also caches it
+// on the server) when the server answers NOSCRIPT.
+type script struct {
+	src, sha string
+}
+
+func newScript(src string) *script {
+	h := sha1.Sum([]byte(src))
+	return &script{src: src, sha: hex.EncodeToString(h[:])}
+}
+
+// Every script starts by reading the server's TIME and refusing the call
+// when it is past the deadline the client passed in the server's clock
+// (see serverClock): then it returns status -1 and writes nothing, so a
+// call the client has given up on (it timed out, its reply would come too
+// late, it sat in the socket of a stalled server) never consumes quota. A
+// script that writes many entries checks the deadline again after each
+// chunk and takes its own writes back when it has passed. Every reply ends
+// with that TIME, which feeds the clock estimate.
+//
+// Redis >= 5 replicates scripts by their effects, so reading TIME before a
+// write is allowed and replicas receive the resulting writes, never a re-run
+// at another time. Times are integers of µs since the epoch (about 1.7e15),
+// exact in a Lua double (< 2^53); numbers that go into members, values or
+// ranges are formatted with %d, because Lua's tostring would print 1.7e+15.
+// Timestamps are never negative (a Config.Clock must not read before 1970).
+func deadlineCheck(argv int) string {
+	return `
+local tm = redis.call('TIME')
+local real = tm[1] * 1000000 + tm[2]
+local dl = tonumber(ARGV[` + strconv.Itoa(argv) + `])
+if real > dl then return {-1, 0, 0, 0, real} end
+`
+}
+
+// The decision scripts take the same ARGV and return the same reply, so the
+// Go side has one code path:
 //
 //	ARGV[1] limit L          ARGV[2] window W in µs    ARGV[3] n
 //	ARGV[4] mode: 0 peek, 1 allow, 2 allow and record even when denied (penalty)
-//	ARGV[5] now in µs, or "" to read the server's TIME
-//	ARGV[6] key TTL in ms
-//	reply:  {allowed 0|1, remaining, retryAfter µs, resetAfter µs}
-//
-// Time: the scripts read redis.call('TIME') so that every node is judged by
-// one clock, whatever the skew between them. Redis >= 5 replicates scripts
-// by their effects (Redis 7 only so), so a non-deterministic command
-// before a write is allowed and replicas receive the resulting ZADD/HSET,
-// never a re-run with another time. Times are integers of µs since the
-// epoch (about 1.7e15), exact in a Lua double (< 2^53). Numbers that go
-// into keys, members or ranges are formatted with %d, because Lua's
-// tostring would print 1.7e+15.
+//	ARGV[5] now in µs (Config.Clock), or "" for the server's TIME
+//	ARGV[6] key TTL in ms    ARGV[7] deadline in the server's µs
+//	reply:  {1 allowed | 0 denied | -1 late, remaining, retryAfter µs, resetAfter µs, server µs}
 //
 // n > L and n <= 0 never reach the scripts (the Store denies them first).
-
-// decisionArgs opens both decision scripts: their common arguments
-// (ARGV[1] limit L, [2] window W in µs, [3] n, [4] mode 0 peek / 1 record
-// when admitted / 2 record always (penalty), [5] explicit µs time for tests,
-// empty in production) and the time, the server's TIME unless ARGV[5] is set.
 const decisionArgs = `
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local mode = tonumber(ARGV[4])
-local now = tonumber(ARGV[5])
-if not now then
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
+local now = tonumber(ARGV[5]) or real
+`
+
+// logAdd is SlidingLog's write, shared by the decision and the lease
+// script: n entries at t, with members "<t>:<seq>". seq comes from the
+// set's sequence member "#", whose score is minus the last seq handed out
+// (so it sorts below every timestamp, and no range query, which all start
+// at 0, sees it): members are never reused while the key lives, which makes
+// the Hybrid's returns (ZREM by name) idempotent. More than one entry is
+// added in chunks (unpack of a huge table overflows Lua's C stack), with
+// the deadline checked after each; past it, the entries added so far are
+// removed and nil returned. Otherwise it returns the first seq.
+const logAdd = `
+local function logAdd(K, t, n, dl, ttl)
+  local seq = -tonumber(redis.call('ZINCRBY', K, -n, '#')) - n
+  local ts = string.format('%d', t)
+  if n == 1 then
+    redis.call('ZADD', K, t, ts .. ':' .. string.format('%d', seq + 1))
+    return seq + 1
+  end
+  local i = 1
+  while i <= n do
+    local args = {}
+    local j = 0
+    while i <= n and j < 1000 do
+      args[2 * j + 1] = ts
+      args[2 * j + 2] = ts .. ':' .. string.format('%d', seq + i)
+      i = i + 1
+      j = j + 1
+    end
+    redis.call('ZADD', K, unpack(args))
+    local tm = redis.call('TIME')
+    if tm[1] * 1000000 + tm[2] > dl then
+      local k = 1
+      while k < i do
+        local m = {}
+        j = 0
+        while k < i and j < 1000 do
+          j = j + 1
+          m[j] = ts .. ':' .. string.format('%d', seq + k)
+          k = k + 1
+        end
+        redis.call('ZREM', K, unpack(m))
+      end
+      redis.call('PEXPIRE', K, ttl) -- the key may hold only "#" now
+      return nil
+    end
+  end
+  return seq + 1
 end
 `
 
-// logScript is SlidingLog on a sorted set, the engine's ring in Redis: the
-// set keeps the last L recorded timestamps (score = µs, member =
-// "<µs>:<seq>", seq from KEYS[2] so members stay unique at equal
-// timestamps). A request of n at t is admitted iff at most L-n recorded
-// entries lie in the closed interval [t-W, t]. As in the engine, time never
-// goes back for a key (t = max(now, newest entry)), and delays count from
-// the unclamped now.
-var logScript = redis.NewScript(decisionArgs + `local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+// logWindow reads SlidingLog's state at now: t = max(now, newest entry)
+// (a key's time never goes back; delays count from the unclamped now), the
+// window's lower bound from (a string, never below 0) and c, the entries in
+// the closed interval [t-W, t].
+const logWindow = `
+local K = KEYS[1]
+local top = redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')
 local last = tonumber(top[2])
+if last and last < 0 then last = nil end -- only "#" is left
 local t = now
 if last and last > t then t = last end
-local from = string.format('%d', t - W)
-local c = redis.call('ZCOUNT', KEYS[1], from, '+inf')
+local from = '0'
+if t > W then from = string.format('%d', t - W) end
+local c = redis.call('ZCOUNT', K, from, '+inf')
+`
+
+// logScript is SlidingLog on a sorted set, the engine's ring in Redis: the
+// set keeps the last L recorded timestamps (score = µs). A request of n at
+// t is admitted iff at most L-n recorded entries lie in [t-W, t]. Out of
+// window entries are dropped before a write (t never decreases, so they
+// never count again), so after an admitted write the set holds c+n <= L
+// entries; in penalty mode the oldest are displaced to keep the newest L.
+var logScript = newScript(deadlineCheck(7) + decisionArgs + logAdd + logWindow + `
 local allowed = c + n <= L
 local record = mode == 2 or (mode == 1 and allowed)
 -- at(k): the k-th oldest (from 0) of the ring's last L entries, for k >=
 -- L-c, i.e. an entry inside the window (the set holds at most L entries,
 -- the newest c of them in the window).
 local function at(k)
-  local e = redis.call('ZRANGEBYSCORE', KEYS[1], from, '+inf', 'WITHSCORES', 'LIMIT', k - (L - c), 1)
+  local e = redis.call('ZRANGEBYSCORE', K, from, '+inf', 'WITHSCORES', 'LIMIT', k - (L - c), 1)
   return tonumber(e[2])
 end
 local after = c
@@ -81,48 +161,44 @@ elseif not allowed then
   retry = at(n - 1) + W + 1 - now
 end
 if record then
-  local seq = redis.call('INCRBY', KEYS[2], n) - n
-  local ts = string.format('%d', t)
-  local i = 1
-  while i <= n do
-    -- ZADD in chunks: unpack of a huge table overflows Lua's C stack.
-    local args = {}
-    local j = 0
-    while i <= n and j < 1000 do
-      args[2 * j + 1] = ts
-      args[2 * j + 2] = ts .. ':' .. string.format('%d', seq + i)
-      i = i + 1
-      j = j + 1
-    end
-    redis.call('ZADD', KEYS[1], unpack(args))
-  end
-  -- Drop what left the window (t never decreases, so it never counts
-  -- again), then keep the newest L (the ring's capacity): memory per key
-  -- stays bounded even in penalty mode.
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. from)
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -L - 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', K, '0', '(' .. from)
+  if not logAdd(K, t, n, dl, ARGV[6]) then return {-1, 0, 0, 0, real} end
+  -- keep the newest L (rank 0 is "#"): memory per key stays bounded even
+  -- in penalty mode
+  if c + n > L then redis.call('ZREMRANGEBYRANK', K, 1, c + n - L) end
+  redis.call('PEXPIRE', K, ARGV[6])
 end
 local remaining = 0
 if after < L then remaining = L - after end
 local reset = 0
 if newest then reset = newest + W + 1 - now end
-return {allowed and 1 or 0, remaining, retry, reset}
+return {allowed and 1 or 0, remaining, retry, reset, real}
 `)
 
-// counterScript is SlidingCounter on one hash {w: window number, p:
-// previous window's count, c: current window's count}, the engine's packed
-// word in Redis. Windows are aligned to multiples of W; at elapsed e into
-// window w, n requests are admitted iff p*(W-e)/W + c + n <= L, compared
-// as p*(W-e) <= (L-c-n)*W in integers. Lua numbers are doubles, so the
-// comparison is exact while Limit x Window stays below 2^53 µs (any Limit
-// with a window up to 2.4 h); beyond that it rounds in the 16th digit.
-// Counts saturate at 2^20-1 like the engine's 20-bit fields; a stored
-// window ahead of now (time never goes back for a key) is used as is, at
-// its start. Remaining, RetryAfter and ResetAfter follow
-// atomiccounter.Describe.
-var counterScript = redis.NewScript(decisionArgs + `local MAX = 1048575
+// counterState reads SlidingCounter's state, one string "<w>:<p>:<c>" (the
+// window number, the previous and the current window's counts), the
+// engine's packed word in Redis, and shifts it to the window w of now:
+// prev and cur are the counts of windows w-1 and w. A stored window ahead
+// of now (time never goes back for a key) is used as is, at its start.
+const counterState = `
+local K = KEYS[1]
+local w = math.floor(now / W)
+local e = now - w * W
+local prev, cur = 0, 0
+local v = redis.call('GET', K)
+if v then
+  local a, b, d = string.match(v, '^(%d+):(%d+):(%d+)$')
+  local sw = tonumber(a)
+  if sw then
+    if sw == w then
+      prev, cur = tonumber(b), tonumber(d)
+    elseif sw == w - 1 then
+      prev = tonumber(d)
+    elseif sw > w then
+      w, e, prev, cur = sw, 0, tonumber(b), tonumber(d)
+    end
+  end
+end
 -- fdiv is floor(a/b) for integers a, b > 0, corrected for the rounding of
 -- the double quotient.
 local function fdiv(a, b)
@@ -130,28 +206,22 @@ local function fdiv(a, b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
-local w = math.floor(now / W)
-local e = now - w * W
-local prev, cur = 0, 0
-local h = redis.call('HMGET', KEYS[1], 'w', 'p', 'c')
-local sw = tonumber(h[1])
-if sw then
-  local sp = tonumber(h[2]) or 0
-  local sc = tonumber(h[3]) or 0
-  if sw == w then
-    prev, cur = sp, sc
-  elseif sw == w - 1 then
-    prev = sc
-  elseif sw > w then
-    w, e, prev, cur = sw, 0, sp, sc
-  end
-end
+`
+
+// counterScript is SlidingCounter. Windows are aligned to multiples of W;
+// at elapsed e into window w, n requests are admitted iff p*(W-e)/W + c + n
+// <= L, compared as p*(W-e) <= (L-c-n)*W in integers. Lua numbers are
+// doubles, so the comparison is exact while Limit x Window stays below 2^53
+// µs (any Limit with a window up to 2.4 h); beyond that it rounds in the
+// 16th digit. Counts saturate at 2^20-1 like the engine's 20-bit fields.
+// Remaining, RetryAfter and ResetAfter follow atomiccounter.Describe.
+var counterScript = newScript(deadlineCheck(7) + decisionArgs + counterState + `
+local MAX = 1048575
 local allowed = L - cur - n >= 0 and prev * (W - e) <= (L - cur - n) * W
 local record = mode == 2 or (mode == 1 and allowed)
 if record then
   cur = math.min(cur + n, MAX)
-  redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'p', prev, 'c', cur)
-  redis.call('PEXPIRE', KEYS[1], ARGV[6])
+  redis.call('SET', K, string.format('%d:%d:%d', w, prev, cur), 'PX', ARGV[6])
 end
 local rest = W - e
 local p = prev * rest
@@ -181,7 +251,15 @@ if not allowed then
     end
   end
 end
-return {allowed and 1 or 0, remaining, retry, reset}
+return {allowed and 1 or 0, remaining, retry, reset, real}
+`)
+
+// resetScript deletes KEYS[1] unless the call is late (ARGV[1] is the
+// deadline): a Reset the client gave up on must not wipe what other calls
+// recorded after it. Reply: {1 | -1 late, 0, 0, 0, server µs}.
+var resetScript = newScript(deadlineCheck(1) + `
+redis.call('DEL', KEYS[1])
+return {1, 0, 0, 0, real}
 `)
 
 // The lease scripts serve Hybrid. One call per key per sync: first give
@@ -190,22 +268,32 @@ return {allowed and 1 or 0, remaining, retry, reset}
 // recorded, so the Redis window holds every token any node may spend.
 //
 //	ARGV[1] limit L   ARGV[2] window W in µs   ARGV[3] g (0: return only)
-//	ARGV[4] key TTL in ms   ARGV[5] r, the number of returns, then r triples
-//	log:     (µs timestamp of the lease, first seq to drop, count)
-//	counter: (window number of the lease, count, unused)
-//	reply:   {granted, log: timestamp µs | counter: window number, log: first seq}
+//	ARGV[4] key TTL in ms   ARGV[5] deadline in the server's µs
+//	ARGV[6] r, the number of returns, then r triples:
+//	  log:     (µs timestamp of the lease, first seq to drop, count)
+//	  counter: (window number of the lease, count, return seq); the
+//	           counter script also takes ARGV[7+3r], the node's id
+//	reply:   {granted | -1 late, log: timestamp µs | counter: window number,
+//	          log: first seq, 0, server µs}
+//
+// Returns must count once even when the node sends them again because it
+// never saw the reply of a call that ran: the log removes members by name
+// (never reused, see logAdd), which is idempotent; the counter keeps, per
+// node, the highest return seq applied in a hash next to the state (same
+// hash tag) and skips returns at or below it.
 
-// logLeaseScript removes returned members by name (a lease's members are
-// "<µs>:<seq>" for consecutive seqs) and adds granted ones like logScript.
-var logLeaseScript = redis.NewScript(`
+// logLeaseScript removes returned members by name and adds granted ones
+// like logScript.
+var logLeaseScript = newScript(deadlineCheck(5) + `
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
-local r = tonumber(ARGV[5])
+local r = tonumber(ARGV[6])
+local now = real
 for i = 0, r - 1 do
-  local at = ARGV[6 + 3 * i]
-  local first = tonumber(ARGV[7 + 3 * i])
-  local cnt = tonumber(ARGV[8 + 3 * i])
+  local at = ARGV[7 + 3 * i]
+  local first = tonumber(ARGV[8 + 3 * i])
+  local cnt = tonumber(ARGV[9 + 3 * i])
   local j = 0
   while j < cnt do
     local m = {}
@@ -218,85 +306,70 @@ for i = 0, r - 1 do
     redis.call('ZREM', KEYS[1], unpack(m))
   end
 end
-if g <= 0 then return {0, 0, 0} end
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local top = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-local last = tonumber(top[2])
-local t = now
-if last and last > t then t = last end
-local from = string.format('%d', t - W)
-local c = redis.call('ZCOUNT', KEYS[1], from, '+inf')
+if g <= 0 then return {0, 0, 0, 0, real} end
+` + logAdd + logWindow + `
 local k = L - c
 if k > g then k = g end
-if k <= 0 then return {0, t, 0} end
-local seq = redis.call('INCRBY', KEYS[2], k) - k
-local ts = string.format('%d', t)
-local i = 1
-while i <= k do
-  local args = {}
-  local j = 0
-  while i <= k and j < 1000 do
-    args[2 * j + 1] = ts
-    args[2 * j + 2] = ts .. ':' .. string.format('%d', seq + i)
-    i = i + 1
-    j = j + 1
-  end
-  redis.call('ZADD', KEYS[1], unpack(args))
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. from)
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -L - 1)
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return {k, t, seq + 1}
+if k <= 0 then return {0, t, 0, 0, real} end
+redis.call('ZREMRANGEBYSCORE', K, '0', '(' .. from)
+local first = logAdd(K, t, k, dl, ARGV[4])
+if not first then return {-1, 0, 0, 0, real} end
+redis.call('PEXPIRE', K, ARGV[4])
+return {k, t, first, 0, real}
 `)
 
 // counterLeaseScript subtracts returned tokens from the window they were
 // added to (now the current or the previous window; older ones no longer
 // count) and adds granted ones to the current window: the largest k with
-// prev*(W-e) <= (L-cur-k)*W, capped at g.
-var counterLeaseScript = redis.NewScript(`
+// prev*(W-e) <= (L-cur-k)*W, capped at g. KEYS[2] is the hash of return
+// seqs (field: node id). A state brought to zero by returns is deleted.
+var counterLeaseScript = newScript(deadlineCheck(5) + `
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
-local r = tonumber(ARGV[5])
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000000 + tonumber(tm[2])
-local w = math.floor(now / W)
-local e = now - w * W
-local prev, cur = 0, 0
-local h = redis.call('HMGET', KEYS[1], 'w', 'p', 'c')
-local sw = tonumber(h[1])
-if sw then
-  local sp = tonumber(h[2]) or 0
-  local sc = tonumber(h[3]) or 0
-  if sw == w then
-    prev, cur = sp, sc
-  elseif sw == w - 1 then
-    prev = sc
-  elseif sw > w then
-    w, e, prev, cur = sw, 0, sp, sc
+local r = tonumber(ARGV[6])
+local now = real
+` + counterState + `
+local changed = false
+if r > 0 then
+  local node = ARGV[7 + 3 * r]
+  local done = tonumber(redis.call('HGET', KEYS[2], node)) or 0
+  local top = done
+  for i = 0, r - 1 do
+    local lw = tonumber(ARGV[7 + 3 * i])
+    local unused = tonumber(ARGV[8 + 3 * i])
+    local sq = tonumber(ARGV[9 + 3 * i])
+    if sq > done then
+      if lw == w then
+        cur = math.max(0, cur - unused)
+        changed = true
+      elseif lw == w - 1 then
+        prev = math.max(0, prev - unused)
+        changed = true
+      end
+      if sq > top then top = sq end
+    end
   end
-end
-for i = 0, r - 1 do
-  local lw = tonumber(ARGV[6 + 3 * i])
-  local unused = tonumber(ARGV[8 + 3 * i])
-  if lw == w then cur = math.max(0, cur - unused)
-  elseif lw == w - 1 then prev = math.max(0, prev - unused) end
+  if top > done then
+    redis.call('HSET', KEYS[2], node, string.format('%d', top))
+    redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  end
 end
 local k = 0
 if g > 0 then
   local p = prev * (W - e)
-  local q = math.floor(p / W)
-  if q * W > p then q = q - 1 elseif (q + 1) * W <= p then q = q + 1 end
+  local q = fdiv(p, W)
   if q * W < p then q = q + 1 end
   k = math.min(g, L - cur - q)
   if k < 0 then k = 0 end
 end
-cur = cur + k
-if cur > 0 or prev > 0 then
-  redis.call('HSET', KEYS[1], 'w', string.format('%d', w), 'p', prev, 'c', cur)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if k > 0 or changed then
+  cur = cur + k
+  if cur > 0 or prev > 0 then
+    redis.call('SET', K, string.format('%d:%d:%d', w, prev, cur), 'PX', ARGV[4])
+  else
+    redis.call('DEL', K)
+  end
 end
-return {k, w, 0}
+return {k, w, 0, 0, real}
 `)

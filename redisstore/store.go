@@ -20,18 +20,22 @@ import (
 // satisfies engine.RateLimiter and is safe for concurrent use.
 type Store struct {
 	cfg    Config
-	script *redis.Script
-	ttl    string // ARGV[6]
-	winUS  string // ARGV[2]
-	limit  string // ARGV[1]
+	ks     keyspace
+	script *script
+	clock  *serverClock
 	start  time.Time
 	br     breaker
+
+	// The script's constant arguments, boxed once so that a call does not
+	// allocate for them (ARGV[1], [2], [6]).
+	limit, winUS, ttl any
 
 	localOnce sync.Once
 	local     atomic.Pointer[engine.Limiter] // FailLocal's engine, built at the first fault
 
 	calls, allowed, denied            atomic.Uint64
 	timeouts, errs, shortCircuits     atomic.Uint64
+	canceled, late, keysTooLong       atomic.Uint64
 	failOpen, failClosed, failedLocal atomic.Uint64
 }
 
@@ -41,8 +45,11 @@ type Stats struct {
 	Calls         uint64 // decisions, peeks and resets asked of the Store
 	Allowed       uint64 // decisions that admitted (by Redis or by the policy)
 	Denied        uint64 // decisions that denied
-	Timeouts      uint64 // Redis calls that ran past Config.Timeout or the caller's deadline
+	Timeouts      uint64 // Redis calls that ran past Config.Timeout
+	Late          uint64 // calls Redis refused because they reached it after their deadline (a stalled server)
 	Errors        uint64 // other failed Redis calls (refused, reset, server error replies)
+	Canceled      uint64 // calls whose caller's context ended first (not Redis's fault; the breaker ignores them)
+	KeysTooLong   uint64 // calls with a key longer than MaxKeyLen (denied, never sent)
 	BreakerOpens  uint64 // times the circuit breaker opened
 	ShortCircuits uint64 // calls not sent because the breaker was open
 	FailOpen      uint64 // decisions made by FailOpen
@@ -51,6 +58,15 @@ type Stats struct {
 	BreakerOpen   bool   // the breaker is open or half-open now
 }
 
+// Script modes (ARGV[4]), boxed once.
+var (
+	modePeek    any = "0"
+	modeAllow   any = "1"
+	modePenalty any = "2"
+	oneKey      any = "1" // numkeys; a string, so that cluster routing does not format it
+	noClock     any = ""
+)
+
 // New validates cfg and returns a Store. It does not contact Redis: the
 // first call loads the script (EVALSHA, falling back to EVAL on NOSCRIPT).
 func New(cfg Config) (*Store, error) {
@@ -58,10 +74,13 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: c, start: time.Now()}
+	s := &Store{cfg: c, ks: newKeyspace(c), start: time.Now(), script: logScript}
+	_, single := c.Client.(*redis.Client) // a cluster or a Ring has many servers, and clocks
+	s.clock = newServerClock(!single)
 	s.br.threshold = int64(c.BreakerThreshold)
 	s.br.cooldown = int64(c.BreakerCooldown)
-	s.script = logScript
+	s.br.interval = int64(c.Timeout)
+	s.br.lastFail.Store(-1)
 	ttl := c.Window
 	if c.Algorithm == engine.SlidingCounter {
 		s.script = counterScript
@@ -78,16 +97,6 @@ func New(cfg Config) (*Store, error) {
 
 // Config returns the configuration with defaults filled in.
 func (s *Store) Config() Config { return s.cfg }
-
-// keys returns the Redis keys of key. The hash tag {key} puts them in one
-// cluster slot, so a script touching both is legal on a cluster.
-func (s *Store) keys(key string) []string {
-	base := s.cfg.Prefix + "{" + key + "}"
-	if s.cfg.Algorithm == engine.SlidingCounter {
-		return []string{base + ":c"}
-	}
-	return []string{base + ":l", base + ":s"}
-}
 
 // mono is the Store's monotonic clock for the breaker.
 func (s *Store) mono() int64 { return int64(time.Since(s.start)) }
@@ -112,23 +121,30 @@ func (s *Store) Peek(key string) engine.Decision {
 func (s *Store) Reset(key string) { _ = s.ResetContext(context.Background(), key) }
 
 // AllowNContext is AllowN under ctx (the shorter of ctx's deadline and
-// Config.Timeout applies). On a Redis failure it returns the fail policy's
+// Config.Timeout applies). When Redis fails it returns the fail policy's
 // decision together with an error wrapping ErrUnavailable and the cause:
-// ErrCircuitOpen, context.DeadlineExceeded (for any timeout, the context's
-// or the socket's) or the client's error.
+// ErrCircuitOpen, context.DeadlineExceeded (for any timeout: the socket's,
+// or Redis refusing a late call) or the client's error. When ctx ends
+// first, it returns the policy's decision without consuming anything
+// (FailLocal peeks) and an error wrapping ctx's error alone. A key longer
+// than MaxKeyLen is denied with an error wrapping ErrKeyTooLong.
 func (s *Store) AllowNContext(ctx context.Context, key string, n int) (engine.Decision, error) {
 	s.calls.Add(1)
 	if n <= 0 || n > s.cfg.Limit {
 		s.denied.Add(1)
 		return engine.Decision{Limit: s.cfg.Limit}, nil
 	}
-	mode := "1"
-	if s.cfg.Penalty {
-		mode = "2"
+	if err := s.checkKey("allow", key); err != nil {
+		s.denied.Add(1)
+		return engine.Decision{Limit: s.cfg.Limit}, err
 	}
-	d, err := s.run(ctx, key, n, mode)
+	mode := modeAllow
+	if s.cfg.Penalty {
+		mode = modePenalty
+	}
+	d, err := s.decide(ctx, key, n, mode)
 	if err != nil {
-		d = s.fail(key, n, true)
+		d = s.fail(key, n, errors.Is(err, ErrUnavailable))
 		err = fmt.Errorf("redisstore: allow %q: %w", key, err)
 	}
 	if d.Allowed {
@@ -142,7 +158,10 @@ func (s *Store) AllowNContext(ctx context.Context, key string, n int) (engine.De
 // PeekContext is Peek under ctx; errors as for AllowNContext.
 func (s *Store) PeekContext(ctx context.Context, key string) (engine.Decision, error) {
 	s.calls.Add(1)
-	d, err := s.run(ctx, key, 1, "0")
+	if err := s.checkKey("peek", key); err != nil {
+		return engine.Decision{Limit: s.cfg.Limit}, err
+	}
+	d, err := s.decide(ctx, key, 1, modePeek)
 	if err != nil {
 		d = s.fail(key, 1, false)
 		err = fmt.Errorf("redisstore: peek %q: %w", key, err)
@@ -151,36 +170,40 @@ func (s *Store) PeekContext(ctx context.Context, key string) (engine.Decision, e
 }
 
 // ResetContext is Reset under ctx. The FailLocal engine's state is reset
-// even when Redis fails.
+// even when Redis fails. Like a decision, a Reset that reaches Redis after
+// its deadline is refused there, so it cannot wipe what was recorded after
+// the caller gave up.
 func (s *Store) ResetContext(ctx context.Context, key string) error {
 	s.calls.Add(1)
+	if err := s.checkKey("reset", key); err != nil {
+		return err
+	}
 	if lim := s.local.Load(); lim != nil {
 		lim.Reset(key)
 	}
-	err := s.do(ctx, func(ctx context.Context) error {
-		return s.cfg.Client.Del(ctx, s.keys(key)...).Err()
-	})
-	if err != nil {
+	name, t := s.ks.state(key)
+	if _, err := s.eval(ctx, resetScript, name, t, []any{nil}, 0); err != nil {
 		return fmt.Errorf("redisstore: reset %q: %w", key, err)
 	}
 	return nil
 }
 
-// run evaluates the algorithm's script for key.
-func (s *Store) run(ctx context.Context, key string, n int, mode string) (engine.Decision, error) {
-	now := ""
+func (s *Store) checkKey(op, key string) error {
+	if len(key) <= MaxKeyLen {
+		return nil
+	}
+	s.keysTooLong.Add(1)
+	return fmt.Errorf("redisstore: %s: key of %d bytes: %w", op, len(key), ErrKeyTooLong)
+}
+
+// decide evaluates the algorithm's script for key.
+func (s *Store) decide(ctx context.Context, key string, n int, mode any) (engine.Decision, error) {
+	now := noClock
 	if s.cfg.Clock != nil {
 		now = strconv.FormatInt(s.cfg.Clock.Now()/int64(time.Microsecond), 10)
 	}
-	var r []int64
-	err := s.do(ctx, func(ctx context.Context) error {
-		var err error
-		r, err = s.script.Run(ctx, s.cfg.Client, s.keys(key), s.limit, s.winUS, n, mode, now, s.ttl).Int64Slice()
-		if err == nil && len(r) != 4 {
-			err = fmt.Errorf("script returned %d values, want 4", len(r))
-		}
-		return err
-	})
+	name, t := s.ks.state(key)
+	r, err := s.eval(ctx, s.script, name, t, []any{s.limit, s.winUS, n, mode, now, s.ttl, nil}, 6)
 	if err != nil {
 		return engine.Decision{}, err
 	}
@@ -193,40 +216,144 @@ func (s *Store) run(ctx context.Context, key string, n int, mode string) (engine
 	}, nil
 }
 
-// do runs one Redis call under the breaker and the per-call timeout and
-// counts its fault, if any.
-func (s *Store) do(ctx context.Context, call func(context.Context) error) error {
+// errLate is the cause of a call that Redis refused because it ran after
+// its deadline (script status -1).
+var errLate = errors.New("reached redis after its deadline")
+
+// eval runs sc on the key name (hash tag t) with argv, whose element dlAt
+// receives the deadline in the server's clock, in one round trip (see
+// roundTrip). It returns the reply's first four integers.
+func (s *Store) eval(ctx context.Context, sc *script, name string, t uint16, argv []any, dlAt int) ([4]int64, error) {
+	var out [4]int64
+	err := s.roundTrip(ctx, func(ctx context.Context, dlWall int64) error {
+		a := make([]any, 4+len(argv))
+		a[0], a[1], a[2], a[3] = "evalsha", sc.sha, oneKey, name
+		copy(a[4:], argv)
+		a[4+dlAt] = s.serverDeadline(dlWall, t)
+		cmd := redis.NewIntSliceCmd(ctx, a...)
+		err := s.cfg.Client.Process(ctx, cmd)
+		if isNoScript(err) {
+			a[0], a[1] = "eval", sc.src // EVAL also caches the script
+			cmd = redis.NewIntSliceCmd(ctx, a...)
+			err = s.cfg.Client.Process(ctx, cmd)
+		}
+		if err != nil {
+			return err
+		}
+		r, err := s.reply(t, cmd.Val(), time.Now())
+		copy(out[:], r[:])
+		return err
+	})
+	return out, err
+}
+
+// reply checks a script's reply, feeds its server time to the clock
+// estimate (recv is when it was read) and returns errLate for a refusal.
+func (s *Store) reply(t uint16, r []int64, recv time.Time) ([4]int64, error) {
+	var out [4]int64
+	if len(r) != 5 {
+		return out, fmt.Errorf("script returned %d values, want 5", len(r))
+	}
+	s.clock.observe(t, r[4], recv.UnixMicro())
+	if r[0] == -1 {
+		return out, errLate
+	}
+	copy(out[:], r[:4])
+	return out, nil
+}
+
+// serverDeadline converts a deadline in this process's wall µs to the
+// server's clock for a key with hash tag t (see serverClock).
+func (s *Store) serverDeadline(dlWall int64, t uint16) int64 {
+	off, _ := s.clock.offset(t)
+	return dlWall + off
+}
+
+// roundTrip runs one round trip to Redis, send, under the breaker and a
+// deadline (the earlier of now + Config.Timeout and ctx's), classifies its
+// failure and counts it. send gets the context to use and the deadline the
+// server must judge the call by, in this process's wall µs: three quarters
+// of the budget, so that a reply to a call that ran in time still has a
+// quarter of it to come back (send adds the server's clock offset). Only
+// the server's faults reach the breaker; an end of the caller's context
+// (cancelled, or its earlier deadline passed) returns ctx's error without
+// ErrUnavailable.
+func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context, dlWall int64) error) error {
+	if err := parent.Err(); err != nil {
+		s.canceled.Add(1)
+		return err
+	}
 	ok, probe := s.br.allow(s.mono())
 	if !ok {
 		s.shortCircuits.Add(1)
 		return fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
-	err := call(ctx)
+	start := time.Now()
+	deadline, own := start.Add(s.cfg.Timeout), true
+	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
+		deadline, own = d, false
+	}
+	budget := deadline.Sub(start)
+	dlWall := start.UnixMicro() + int64((budget-budget/4)/time.Microsecond)
+	ctx, cancel := context.WithDeadline(parent, deadline)
+	err := send(ctx, dlWall)
 	cancel()
 	if err == nil {
 		s.br.success()
 		return nil
 	}
-	timeout := isTimeout(err)
-	if timeout {
+	now := s.mono()
+	late := errors.Is(err, errLate)
+	expired := !time.Now().Before(deadline)
+	switch {
+	case own && late:
+		// Redis ran the call after three quarters of Timeout: the server
+		// (or the network to it) stalled.
+		s.late.Add(1)
+		s.br.failure(now, probe)
+		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
+	case own && expired && isTimeout(err):
+		// Redis did not answer within Timeout, whether or not the caller
+		// also gave up meanwhile (go-redis keeps reading until the
+		// deadline, so this is the server's silence).
 		s.timeouts.Add(1)
-	} else {
-		s.errs.Add(1)
+		s.br.failure(now, probe)
+		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
+	case parent.Err() != nil || (!own && (expired || late)):
+		// The caller gave up, or its own deadline, shorter than Timeout,
+		// passed (or made the call late): not the server's fault.
+		s.canceled.Add(1)
+		if probe {
+			s.br.abandon()
+		}
+		if cerr := parent.Err(); cerr != nil {
+			return cerr
+		}
+		return timeoutErr(err)
+	case isTimeout(err):
+		// A timeout before any deadline (dialing): the server's.
+		s.timeouts.Add(1)
+		s.br.failure(now, probe)
+		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
 	}
-	if timeout || serverDown(err) {
-		s.br.failure(s.mono(), probe)
+	s.errs.Add(1)
+	if serverDown(err) {
+		s.br.failure(now, probe)
 	} else {
 		// The server answered (e.g. WRONGTYPE on a foreign key): it is
 		// alive, so this key's error must not open the breaker for all.
 		s.br.success()
 	}
-	if timeout && !errors.Is(err, context.DeadlineExceeded) {
-		// A socket deadline (i/o timeout) is the same fault as the
-		// context's: let callers test one sentinel for both.
-		return fmt.Errorf("%w: %w: %w", ErrUnavailable, context.DeadlineExceeded, err)
-	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// timeoutErr makes a timeout of any kind (a socket's i/o timeout, a late
+// refusal) wrap context.DeadlineExceeded, so callers test one sentinel.
+func timeoutErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 }
 
 func isTimeout(err error) bool {
@@ -237,14 +364,22 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+func isNoScript(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
+}
+
 // serverDown reports whether err means Redis cannot serve: anything that is
-// not an error reply, or an error reply saying the node is unavailable.
+// not an error reply, or an error reply that is about the server rather
+// than the key (loading, busy, failing over, read-only, out of memory, not
+// persisting, out of connections).
 func serverDown(err error) bool {
 	var re redis.Error
 	if !errors.As(err, &re) {
 		return true
 	}
-	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY"} {
+	for _, p := range []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "READONLY",
+		"OOM", "MISCONF", "NOREPLICAS", "ERR max number of clients"} {
 		if strings.HasPrefix(re.Error(), p) {
 			return true
 		}
@@ -252,7 +387,9 @@ func serverDown(err error) bool {
 	return false
 }
 
-// fail decides by the fail policy.
+// fail decides by the fail policy. consume is false for peeks and for
+// calls whose caller gave up: FailLocal then peeks (for n > 1: whether
+// n would pass), so a decision nobody acts on takes nothing.
 func (s *Store) fail(key string, n int, consume bool) engine.Decision {
 	L := s.cfg.Limit
 	switch s.cfg.OnFailure {
@@ -273,7 +410,14 @@ func (s *Store) fail(key string, n int, consume bool) engine.Decision {
 	if consume {
 		return lim.AllowN(key, n)
 	}
-	return lim.Peek(key)
+	d := lim.Peek(key)
+	if n > 1 && d.Allowed && d.Remaining < n-1 {
+		d.Allowed = false
+	}
+	if d.Allowed {
+		d.Remaining -= n - 1
+	}
+	return d
 }
 
 // localLimiter builds the FailLocal engine on first use, so a healthy Store
@@ -303,7 +447,10 @@ func (s *Store) Stats() Stats {
 		Allowed:       s.allowed.Load(),
 		Denied:        s.denied.Load(),
 		Timeouts:      s.timeouts.Load(),
+		Late:          s.late.Load(),
 		Errors:        s.errs.Load(),
+		Canceled:      s.canceled.Load(),
+		KeysTooLong:   s.keysTooLong.Load(),
 		BreakerOpens:  s.br.opens.Load(),
 		ShortCircuits: s.shortCircuits.Load(),
 		FailOpen:      s.failOpen.Load(),

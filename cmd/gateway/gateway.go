@@ -246,9 +246,11 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 	if !ok {
 		client := redis.NewClient(&redis.Options{
 			Addr: bs.redis.addr, DB: bs.redis.db,
-			// The store's per-call timeout then bounds socket reads
-			// and writes too (see redisstore.Config.Client).
-			ContextTimeoutEnabled: true,
+			// What redisstore.Config.Client requires: the store's
+			// per-call timeout bounds socket reads and writes (no
+			// socket timeout of the client's own, which could fire
+			// first), and no retries (a retried script may run twice).
+			ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1, MaxRetries: -1,
 		})
 		cr = &resource{fp: cfp, client: client, close: client.Close}
 		g.resources[cfp] = cr // found by later rules of this build; removed if the build fails

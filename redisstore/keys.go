@@ -1,0 +1,79 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/slidelimit/slidelimit/engine"
+)
+
+// keyspace names the Redis keys of one limiter configuration. The layout
+// (documented in the package doc, "Keys") is
+//
+//	<Prefix>{<tag>}<alg>/<Window>/<Limit>:<key>   the state
+//	<Prefix>{<tag>}<alg>/<Window>/<Limit>!<key>   SlidingCounter's return marks (Hybrid)
+//
+// where tag is four hex digits of a digest of key. Redis Cluster hashes
+// only the bytes between the first '{' and the first '}' after it; the
+// prefix has no brace and the tag is hex, so that is always the tag,
+// whatever bytes key holds (empty, '{', '}', binary): every key of one
+// limiter key lands in one slot, and no caller can choose a slot. The
+// configuration part (algorithm, Window, Limit) keeps limiters that would
+// read each other's state differently apart: a SlidingLog of 5 per minute
+// and one of 2 per second on the same keys share nothing.
+//
+// The names are injective: the prefix is fixed, the tag has a fixed
+// length, the configuration part ends at the first ':' or '!' after the
+// tag (Window is written by time.Duration.String, which has neither), and
+// the rest is the key verbatim.
+type keyspace struct {
+	head string // Prefix + "{"
+	mid  string // "}" + alg + "/" + Window + "/" + Limit
+}
+
+// tagBits is the digest width in the tag: 14 bits, 16384 tags, as many
+// as Redis Cluster has slots. A tag then names one slot (so one node of a
+// cluster or of a Ring), which the clock estimates are kept per (see
+// serverClock).
+const tagBits = 14
+
+func newKeyspace(c Config) keyspace {
+	alg := "log"
+	if c.Algorithm == engine.SlidingCounter {
+		alg = "ctr"
+	}
+	return keyspace{
+		head: c.Prefix + "{",
+		mid:  "}" + alg + "/" + c.Window.String() + "/" + strconv.Itoa(c.Limit),
+	}
+}
+
+// tag returns the digest of key that names its hash tag, < 1<<tagBits.
+func tag(key string) uint16 { return uint16(xxhash.Sum64String(key) & (1<<tagBits - 1)) }
+
+// state returns the name of key's state and its tag.
+func (ks keyspace) state(key string) (string, uint16) {
+	t := tag(key)
+	return ks.name(t, ':', key), t
+}
+
+// marks returns the name of the Hybrid's return marks for a SlidingCounter
+// key (see counterLeaseScript).
+func (ks keyspace) marks(key string) string { return ks.name(tag(key), '!', key) }
+
+const hexDigits = "0123456789abcdef"
+
+func (ks keyspace) name(t uint16, sep byte, key string) string {
+	var b strings.Builder
+	b.Grow(len(ks.head) + 4 + len(ks.mid) + 1 + len(key))
+	b.WriteString(ks.head)
+	b.WriteByte(hexDigits[t>>12&0xf])
+	b.WriteByte(hexDigits[t>>8&0xf])
+	b.WriteByte(hexDigits[t>>4&0xf])
+	b.WriteByte(hexDigits[t&0xf])
+	b.WriteString(ks.mid)
+	b.WriteByte(sep)
+	b.WriteString(key)
+	return b.String()
+}
