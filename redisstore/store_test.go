@@ -129,7 +129,10 @@ func TestConformanceVector(t *testing.T) {
 // Retry/reset durations are compared at the server's µs resolution.
 func TestDifferential(t *testing.T) {
 	srv := redistest.Start(t)
-	client := newClient(t, srv.Addr())
+	testDifferential(t, newClient(t, srv.Addr()))
+}
+
+func testDifferential(t *testing.T, client redis.UniversalClient) {
 	for _, alg := range algorithms {
 		for _, penalty := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/penalty=%v", alg, penalty), func(t *testing.T) {
@@ -196,7 +199,10 @@ func ceilUS(d time.Duration) time.Duration {
 // timestamp, admit exactly Limit (atomic script; unique log members).
 func TestConcurrentOneKey(t *testing.T) {
 	srv := redistest.Start(t)
-	client := newClient(t, srv.Addr())
+	testConcurrentOneKey(t, newClient(t, srv.Addr()))
+}
+
+func testConcurrentOneKey(t *testing.T, client redis.UniversalClient) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			const limit, workers, each = 50, 16, 10
@@ -241,7 +247,10 @@ func TestConcurrentOneKey(t *testing.T) {
 // TTL follows the window.
 func TestServerTime(t *testing.T) {
 	srv := redistest.Start(t)
-	client := newClient(t, srv.Addr())
+	testServerTime(t, newClient(t, srv.Addr()))
+}
+
+func testServerTime(t *testing.T, client redis.UniversalClient) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			s := newStore(t, Config{Client: client, Algorithm: alg, Limit: 3, Window: time.Hour, Prefix: "time:"})
