@@ -25,6 +25,7 @@ type Store struct {
 	clock  *serverClock
 	start  time.Time
 	br     breaker
+	done   doneTicks // see callContext
 
 	// The script's constant arguments, boxed once so that a call does not
 	// allocate for them (ARGV[1], [2], [6]).
@@ -295,7 +296,7 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	}
 	budget := deadline.Sub(start)
 	dlWall := start.UnixMicro() + int64((budget-budget/4)/time.Microsecond)
-	ctx, cancel := context.WithDeadline(parent, deadline)
+	ctx, cancel := s.callContext(parent, deadline)
 	err := send(ctx, dlWall)
 	cancel()
 	if err == nil {
