@@ -314,9 +314,9 @@ var errLeaseWait = errors.New("no lease within the timeout")
 // until the next one is due.
 func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.Decision, error) {
 	h.misses.Add(1)
-	deadline := time.Now().Add(h.s.cfg.Timeout)
+	deadline, own := time.Now().Add(h.s.cfg.Timeout), true
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
+		deadline, own = d, false
 	}
 	var timer *time.Timer
 	defer func() {
@@ -362,6 +362,14 @@ func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.D
 		}
 		e.mu.Unlock()
 		if wait <= 0 {
+			if err := ctx.Err(); err != nil {
+				return h.policy(key, n, err)
+			}
+			if !own {
+				// The caller's own deadline, shorter than Timeout: its
+				// problem, as in a Store.
+				return h.policy(key, n, context.DeadlineExceeded)
+			}
 			h.late.Add(1)
 			return h.policy(key, n, fmt.Errorf("%w: %w: %w", ErrUnavailable, context.DeadlineExceeded, errLeaseWait))
 		}

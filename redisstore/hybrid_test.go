@@ -476,3 +476,33 @@ func TestF6LeaseReturns(t *testing.T) {
 		}
 	})
 }
+
+// TestF1HybridCallerGivingUp (finding 1, Hybrid): a caller whose context
+// ends while it waits for a lease gets its context's error, not
+// ErrUnavailable; the wait is not counted as a late lease and FailLocal
+// consumes nothing for it.
+func TestF1HybridCallerGivingUp(t *testing.T) {
+	srv := redistest.Start(t)
+	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog,
+		Limit: 2, Window: time.Hour, OnFailure: FailLocal}})
+	h.Allow("warm")
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond) // about deadlines
+	d, err := h.AllowNContext(ctx, "cold", 1)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("caller deadline while waiting for a lease: %+v, %v", d, err)
+	}
+	cancelled, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := h.AllowNContext(cancelled, "cold2", 1); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("cancelled caller: %v", err)
+	}
+	srv.Resume()
+	if st := h.Stats(); st.Late != 0 || st.Store.FailLocal != 2 {
+		t.Fatalf("stats: %+v; want no late lease and two FailLocal peeks", st)
+	}
+	if l := h.s.localLimiter(); l.Peek("cold").Remaining != 2 || l.Peek("cold2").Remaining != 2 {
+		t.Fatal("FailLocal consumed for callers that gave up")
+	}
+}

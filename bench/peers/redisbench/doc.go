@@ -13,8 +13,16 @@
 //     in pipelined batches.
 //
 // Each runs single-goroutine ("serial") and under b.RunParallel
-// ("parallel"; vary cores with -cpu). The figures measure the client,
-// the loopback and the server together, all on one machine; they compare
-// designs, not production network latency. cmd/redismd turns the output into
-// the RESULTS.md fragment (make bench-redis).
+// ("parallel"; vary cores with -cpu), on one client with the options
+// redisstore requires (ContextTimeoutEnabled, MaxRetries -1), shared by
+// all. One run of BenchmarkRedis runs every implementation in turn, so
+// -count=N interleaves them N times (ours, redis_rate, ours, ...) and a
+// noisy neighbour hits all alike. Besides decisions/s, P99 and allocs, each
+// reports the server's own time per decision from INFO commandstats (reset
+// after the warm-up): srv-µs/decision, and script-µs/call, the scripts'
+// usec_per_call (EVALSHA and EVAL; commands a script calls are counted
+// inside it). The figures measure the client, the loopback and the server
+// together, all on one machine; they compare designs, not production
+// network latency. cmd/redismd turns the output into the RESULTS.md
+// fragment (make bench-redis).
 package redisbench

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,7 +108,7 @@ func BenchmarkRedis(b *testing.B) {
 				mode = "parallel"
 			}
 			b.Run(fmt.Sprintf("%s/%s", im.name, mode), func(b *testing.B) {
-				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+				c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 				// Cleanups run last-in first-out: the limiters (a Hybrid's
 				// final sync) finish before the client closes.
 				b.Cleanup(func() { _ = c.Close() })
@@ -115,14 +116,15 @@ func BenchmarkRedis(b *testing.B) {
 					b.Fatal(err)
 				}
 				decide := im.make(b, c)
-				run(b, decide, par)
+				run(b, c, decide, par)
 			})
 		}
 	}
 }
 
-// run measures b.N decisions, recording each one's latency.
-func run(b *testing.B, decide decider, parallel bool) {
+// run measures b.N decisions, recording each one's latency, and the
+// server's time for them from INFO commandstats (reset after the warm-up).
+func run(b *testing.B, c *redis.Client, decide decider, parallel bool) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var all []time.Duration
@@ -133,6 +135,9 @@ func run(b *testing.B, decide decider, parallel bool) {
 	// are loaded for everyone.
 	for _, k := range keys {
 		decide(ctx, k)
+	}
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -172,4 +177,53 @@ func run(b *testing.B, decide decider, parallel bool) {
 	b.ReportMetric(float64(p99)/float64(time.Microsecond), "p99-µs")
 	b.ReportMetric(100*float64(allowed.Load())/float64(b.N), "allowed-%")
 	b.ReportMetric(float64(allowed.Load())/elapsed.Seconds(), "admitted/s")
+	srv := serverTime(b, c)
+	// Commands a script calls are counted too (inside the script's own
+	// time), so where scripts run, their time alone is the server's.
+	if srv.scriptCalls > 0 {
+		b.ReportMetric(srv.scriptUsec/float64(b.N), "srv-µs/decision")
+		b.ReportMetric(srv.scriptUsec/float64(srv.scriptCalls), "script-µs/call")
+	} else {
+		b.ReportMetric(srv.total/float64(b.N), "srv-µs/decision")
+	}
+}
+
+// commandStats is the server's time since CONFIG RESETSTAT: all commands,
+// and the scripts (EVALSHA and EVAL).
+type commandStats struct {
+	total, scriptUsec float64
+	scriptCalls       int64
+}
+
+// serverTime reads INFO commandstats: lines like
+// cmdstat_evalsha:calls=10,usec=123,usec_per_call=12.30,...
+func serverTime(b *testing.B, c *redis.Client) commandStats {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var st commandStats
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || name == "cmdstat_config" {
+			continue
+		}
+		var calls int64
+		var usec float64
+		for _, f := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "calls":
+				calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		st.total += usec
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			st.scriptUsec += usec
+			st.scriptCalls += calls
+		}
+	}
+	return st
 }

@@ -77,17 +77,50 @@ func run(in, out, cmd string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Global limits: Redis backend and hybrid mode\n\n")
 	fmt.Fprintf(&b, "One local redis-server (%s) on 127.0.0.1, started by the benchmark; 100 keys in turn, Limit 1000 per 1 s window. ", redisVersion())
-	fmt.Fprintf(&b, "Median of the runs; p99 is one decision's latency, client + loopback + server on the same machine. ")
+	fmt.Fprintf(&b, "Every run of the benchmark runs every implementation in turn, so the %d runs interleave them (ours, redis_rate, ours, ...) and a noisy neighbour hits all alike; figures are medians of the runs. ", runs(rows))
+	fmt.Fprintf(&b, "p99 is one decision's latency, client + loopback + server on the same machine; srv µs is the server's own time per decision and script µs the scripts' usec_per_call, both from INFO commandstats. ")
 	fmt.Fprintf(&b, "`-N` is GOMAXPROCS. The round-trip designs stay under the limit here (all admitted); the hybrid decides faster than the limit and denies the excess in memory (see allowed %%).\n\n")
 	fmt.Fprintf(&b, "Machine: %s, %s, %d CPUs. Command: `%s`\n\n", cpu, runtime.Version(), runtime.NumCPU(), cmd)
-	fmt.Fprintf(&b, "| implementation / mode | decisions/s | p99 (µs) | allowed %% | admitted/s | allocs/op |\n|---|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| implementation / mode | decisions/s | p99 (µs) | allowed %% | admitted/s | allocs/op | srv µs/decision | script µs/call |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", r.name,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name,
 			num(median(r.metrics["decisions/s"]), 0), num(median(r.metrics["p99-µs"]), 2),
-			num(median(r.metrics["allowed-%"]), 1), num(median(r.metrics["admitted/s"]), 0), num(median(r.metrics["allocs/op"]), 0))
+			num(median(r.metrics["allowed-%"]), 1), num(median(r.metrics["admitted/s"]), 0), num(median(r.metrics["allocs/op"]), 0),
+			num(median(r.metrics["srv-µs/decision"]), 2), num(median(r.metrics["script-µs/call"]), 2))
 	}
 	b.WriteString("\nours = redisstore.Store (one Lua script per decision); redis_rate = github.com/go-redis/redis_rate/v10 (GCRA); zset-multi = the MULTI pipeline ZSET log of seed 002; hybrid = redisstore.Hybrid (leases renewed every 5 ms in pipelined batches).\n")
+	writeRatios(&b, byName)
 	return os.WriteFile(out, []byte(b.String()), 0o644)
+}
+
+// runs is the number of runs of the first row (every row has as many).
+func runs(rows []*row) int { return len(rows[0].metrics["decisions/s"]) }
+
+// writeRatios compares ours with redis_rate mode by mode: decisions/s and
+// server time as ratios of the medians, allocations side by side.
+func writeRatios(b *strings.Builder, byName map[string]*row) {
+	fmt.Fprintf(b, "\n### Ours vs redis_rate\n\n")
+	fmt.Fprintf(b, "Ratios of the medians above, same runs: decisions/s ours / redis_rate (above 1: ours decides faster), server µs per decision ours / redis_rate (below 1: ours costs the server less).\n\n")
+	fmt.Fprintf(b, "| mode | counter decisions/s | log decisions/s | counter srv µs | log srv µs | allocs/op counter, log, redis_rate |\n|---|---:|---:|---:|---:|---|\n")
+	var modes []string
+	for name := range byName {
+		if m, ok := strings.CutPrefix(name, "redis_rate/"); ok {
+			modes = append(modes, m)
+		}
+	}
+	slices.Sort(modes)
+	for _, m := range modes {
+		rr, c, l := byName["redis_rate/"+m], byName["ours-counter/"+m], byName["ours-log/"+m]
+		if c == nil || l == nil {
+			continue
+		}
+		ratio := func(r *row, metric string) string {
+			return num(median(r.metrics[metric])/median(rr.metrics[metric]), 2)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s, %s, %s |\n", m,
+			ratio(c, "decisions/s"), ratio(l, "decisions/s"), ratio(c, "srv-µs/decision"), ratio(l, "srv-µs/decision"),
+			num(median(c.metrics["allocs/op"]), 0), num(median(l.metrics["allocs/op"]), 0), num(median(rr.metrics["allocs/op"]), 0))
+	}
 }
 
 func median(v []float64) float64 {
