@@ -10,31 +10,99 @@
 // server clock's resolution of one microsecond. SlidingLog keeps the last
 // Limit timestamps of a key in a sorted set and is exact: a request of n at
 // t is admitted iff at most Limit-n recorded requests lie in [t-Window, t].
-// SlidingCounter keeps the two aligned window counts in one hash and admits
+// SlidingCounter keeps the two aligned window counts in one string and admits
 // iff prev*(Window-elapsed)/Window + cur + n <= Limit.
 //
 // # Atomicity and time
 //
-// Each decision is one Lua script (EVALSHA, EVAL on NOSCRIPT): one round
-// trip, atomic on the server, so concurrent callers on any number of nodes
-// admit exactly Limit. The scripts read the server's TIME, never the
-// caller's clock, so nodes with skewed clocks agree. Requires Redis >= 5 or
-// Valkey (scripts replicated by effects). Keys are
-// Prefix + "{" + key + "}" + suffix: the hash tag puts all keys of one
-// limiter key in one cluster slot, so Cluster and Sentinel setups work
-// through redis.UniversalClient. Every key has a TTL of about the window
-// (two for the counter), so idle keys vanish by themselves.
+// Each decision is one Lua script on one Redis key (EVALSHA, EVAL on
+// NOSCRIPT): one round trip, atomic on the server, so concurrent callers on
+// any number of nodes admit exactly Limit. The scripts read the server's
+// TIME, never the caller's clock, so nodes with skewed clocks agree.
+// Requires Redis >= 5 or Valkey (scripts replicated by their effects). Every
+// key has a TTL of about the window (two for the counter), so idle keys
+// vanish by themselves.
+//
+// # Keys
+//
+// A limiter key's state is the Redis key
+//
+//	<Prefix>{<tag>}<alg>/<Window>/<Limit>:<key>
+//
+// for example slidelimit:{1f3a}log/1m0s/100:api-key-42. tag is four hex
+// digits of the key's xxhash (14 bits): Redis Cluster (and go-redis's Ring)
+// hash only the part between the first '{' and the next '}', and neither the
+// prefix (which may not contain braces) nor the tag holds one, so the slot is
+// a function of the digest for every key, whatever its bytes (empty, '{',
+// '}', binary): a caller cannot pick a slot, and a Hybrid's second key for a
+// counter (the same name with '!' for ':', see Hybrid) lands in the same one.
+// alg is "log" or "ctr", Window is time.Duration.String: limiters whose
+// state means different things (another algorithm, window or limit) never
+// share it, even under one prefix; limiters with the same configuration (a
+// Store and a Hybrid, or gateways in a fleet) do. A SlidingLog key is a
+// sorted set of "<µs>:<seq>" members scored by their µs, plus the member "#"
+// whose negative score counts the seqs handed out; a SlidingCounter key is
+// the string "<window number>:<previous count>:<current count>". Keys longer
+// than MaxKeyLen are refused (ErrKeyTooLong) before any round trip.
+//
+// # Deadlines
+//
+// Each call runs under Config.Timeout (or the caller's earlier deadline).
+// A call that times out may still sit in the socket of a stalled server, or
+// in a proxy, and run when the server wakes up: the caller was told the
+// fail policy's decision, so a write then would consume quota twice (or for
+// nothing). So every script is given a deadline in the server's own clock
+// and refuses to write after it: Redis judges the call late and changes
+// nothing. The deadline is three quarters of the call's budget after it was
+// sent (so the reply of a call that ran in time has a quarter of the budget
+// to come back), converted with a lower bound of the offset between the
+// server's clock and this process's, learned from the TIME in every reply
+// (the fastest reply of the current second bounds it most tightly; on a
+// cluster or Ring, per server). A SlidingLog write of many entries checks
+// the deadline after each thousand and takes itself back when it passes.
+//
+// The bound this gives: a timed-out call writes nothing, unless its reply
+// took longer on the way back than a quarter of the budget (it ran in time
+// and the reply was lost or delayed: its request stays counted, as for any
+// RPC), or the server's clock stepped back since the offset was learned (by
+// at most the step, for at most a second), or it is the first call to a
+// server, judged assuming the clocks agree (by at most their skew). A cluster
+// server that no reply came from yet borrows another server's offset, so
+// the skew between the servers' clocks bounds it. go-redis's ClusterClient
+// re-sends a command once after a broken connection (MaxRedirects): a
+// script that ran before the break then runs again and counts its requests
+// twice; the other clients must not retry (see Config.Client).
 //
 // # Faults
 //
-// The engine.RateLimiter methods have no error: each call runs under
-// Config.Timeout, and a call Redis does not answer is decided by
-// Config.OnFailure (FailLocal: an in-process engine with Limit/Nodes;
-// FailOpen; FailClosed). A consecutive-failure circuit breaker stops
-// sending while Redis is down, so a dead server costs a few atomic loads per
-// request, and probes once per cool-down to recover by itself. Every fault
-// is counted in Stats; nothing panics. The ...Context variants return the
-// policy's decision together with an error wrapping ErrUnavailable.
+// The engine.RateLimiter methods have no error: a call Redis does not
+// answer in time, or refuses, is decided by Config.OnFailure. A circuit
+// breaker counts failing intervals (one Timeout long: the calls in flight
+// during one stall count once), opens after BreakerThreshold of them, stops
+// sending while open (a dead server costs a few atomic loads per request),
+// and probes once per cool-down to recover by itself. Only the server's
+// faults count: a caller's cancelled or expired context is its own, gets
+// the policy's decision without consuming anything and an error wrapping
+// only the context's error, and never opens the breaker. Every fault is
+// counted in Stats; nothing panics. The ...Context variants return the
+// policy's decision together with an error wrapping ErrUnavailable. A call
+// whose caller cancels returns when its round trip ends, at most Timeout
+// later (go-redis does not interrupt a read in progress).
+//
+// What the policies admit at fault boundaries, per window:
+//
+//   - FailLocal: each node admits Limit/Nodes on its own while Redis is
+//     away, counting from an empty local window, and Redis does not see
+//     those requests when it comes back. So the window in which a fault
+//     starts can admit up to 2 x Limit in all (Limit through Redis before
+//     the fault, Limit from the local shares after it), and the window in
+//     which it ends as much again.
+//   - FailOpen: everything, while Redis is away.
+//   - FailClosed: nothing beyond what Redis admitted before the fault.
+//   - A server that loses its data (a restart without persistence,
+//     FLUSHALL, a failover to a replica that had not received the latest
+//     writes) grants a fresh window: up to Limit more in the window where
+//     it happens.
 //
 // # Hybrid
 //

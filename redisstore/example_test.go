@@ -14,7 +14,9 @@ import (
 // localhost:6379, so it is compiled but not run by go test (the tests start
 // their own server instead).
 func ExampleNew() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	// The options redisstore requires: the per-call timeout bounds socket
+	// reads and writes, and go-redis never resends a script.
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer client.Close()
 	limiter, err := redisstore.New(redisstore.Config{
 		Client:    client,
@@ -37,7 +39,9 @@ func ExampleNew() {
 // The hybrid mode: decisions in memory, the global limit reconciled every
 // 5 ms. Compiled, not run (needs a server).
 func ExampleNewHybrid() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	// The options redisstore requires: the per-call timeout bounds socket
+	// reads and writes, and go-redis never resends a script.
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true, MaxRetries: -1})
 	defer client.Close()
 	h, err := redisstore.NewHybrid(redisstore.HybridConfig{
 		Config: redisstore.Config{Client: client, Algorithm: engine.SlidingCounter, Limit: 10000, Window: time.Second},

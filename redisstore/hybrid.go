@@ -49,9 +49,13 @@ type HybridConfig struct {
 // Lease lifetime. A lease sent at s and received at r is spent until
 // max(s + 2 x SyncInterval, r + SyncInterval): however long the round
 // trip, a lease lives at least one SyncInterval after it arrives, so a
-// slow network (a round trip above SyncInterval) slows renewals but does
-// not starve the node. A node has at most one send in flight per key and
-// sends for a key at least SyncInterval apart.
+// slow network slows renewals but does not starve the node. A node has at
+// most one send in flight per key and sends for a key at least
+// SyncInterval apart. With a round trip R above SyncInterval, a key's
+// leases are renewed every R and each lives SyncInterval after it arrives,
+// so for R - SyncInterval of every R the key has no live lease and its
+// requests wait (at most R) for the one in flight: decisions then cost
+// what a Store's do, and are still admitted.
 //
 // Error bound (SlidingLog). Redis never holds more than Limit reservations
 // in any window. A request admitted at u in the window [t-W, t] whose
@@ -68,10 +72,17 @@ type HybridConfig struct {
 // (a first request of n > MaxLease leases n, and n replaces MaxLease
 // there). SlidingCounter keeps its own approximation on top: its
 // reservations obey the counter's rule, whose worst case is Limit - 1 over
-// Limit (package engine), so its bound is 2 x Limit - 1 + 2 x N x MaxLease.
-// Bound returns the part above Limit. The bounds are worst cases (bursts
-// exactly at window edges); the tests measure three nodes on a trace
-// against them. The price is undershoot: tokens reserved but not spent are
+// Limit (package engine), so its bound is
+//
+//	2 x Limit - 1 + 2 x N x MaxLease
+//
+// and leases make that approximation show: reservations made late in one
+// aligned window and spent early in the next count in the previous
+// window's weighted share. On the test trace (three nodes, Limit 40,
+// MaxLease 2) the log peaked at 40-43 in a window, the counter at 48-55
+// where the in-memory engine on the same trace peaks at 41. Bound returns
+// the part above Limit. The bounds are worst cases (bursts exactly at
+// window edges); the tests measure three nodes on a trace against them. The price is undershoot: tokens reserved but not spent are
 // unavailable to other nodes until the next sync returns them.
 // Decision.Remaining is the node's unspent lease and RetryAfter the time to
 // its next sync; both are local views.
@@ -79,10 +90,12 @@ type HybridConfig struct {
 // Faults. When Redis fails, keys with a live lease keep spending it; the
 // others are decided by OnFailure, as in a Store. A lease whose reply comes
 // after Timeout is a fault like any other (counted in Stats().Store, decided
-// by the policy), and Redis refuses a lease request that reaches it after
-// its deadline, so a node never leaves reserved tokens behind that it did
-// not receive (see "Deadlines" in the package documentation). Returns of
-// unused tokens count once even when resent after a lost reply.
+// by the policy for the requests that waited for it), and Redis refuses a
+// lease request that reaches it after its deadline, so a lease the node
+// gave up on reserves nothing (within the bound in "Deadlines" in the
+// package documentation). Returns of unused tokens count once even when
+// resent after a lost reply. A server that loses its data grants a fresh
+// window, as for a Store.
 type Hybrid struct {
 	s        *Store
 	lease    *script
