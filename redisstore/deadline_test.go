@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,21 +74,12 @@ func TestPoolWaitBoundedByTimeout(t *testing.T) {
 	for client.PoolStats().TotalConns < uint32(o.PoolSize) || client.PoolStats().IdleConns > 0 {
 		time.Sleep(time.Millisecond) // until both BLPOPs hold their connections
 	}
-	var worst atomic.Int64
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			if _, err := s.AllowNContext(context.Background(), "k", 1); err == nil {
-				t.Error("a call got a connection while both were busy")
-			}
-			raiseTo(&worst, int64(time.Since(t0)))
-		}()
-	}
-	wg.Wait()
-	if w := time.Duration(worst.Load()); w > 3*timeout {
+	w := concurrently(4, func() {
+		if _, err := s.AllowNContext(context.Background(), "k", 1); err == nil {
+			t.Error("a call got a connection while both were busy")
+		}
+	})
+	if w > 3*timeout {
 		t.Fatalf("slowest call %v waiting for a pooled connection, Timeout %v", w, timeout)
 	}
 }

@@ -233,21 +233,15 @@ func TestF2StalledServerNoGhostWrites(t *testing.T) {
 				}
 				warmPool(t, s.cfg.Client, stalled)
 				srv.Pause()
-				var wg sync.WaitGroup
-				for range stalled {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						d, err := s.AllowNContext(context.Background(), "k", 1)
-						if !errors.Is(err, context.DeadlineExceeded) {
-							t.Errorf("stalled call: %+v, %v; want a timeout", d, err)
-						}
-						if pol == FailClosed && d.Allowed {
-							t.Errorf("FailClosed admitted during the stall: %+v", d)
-						}
-					}()
-				}
-				wg.Wait()
+				concurrently(stalled, func() {
+					d, err := s.AllowNContext(context.Background(), "k", 1)
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("stalled call: %+v, %v; want a timeout", d, err)
+					}
+					if pol == FailClosed && d.Allowed {
+						t.Errorf("FailClosed admitted during the stall: %+v", d)
+					}
+				})
 				srv.Resume()
 				// The server now reads the buffered scripts, in order, before
 				// it gets to this PING on a new connection.
@@ -374,15 +368,7 @@ func TestF8BreakerCountsIntervalsNotCalls(t *testing.T) {
 		t.Fatalf("healthy: %+v", d)
 	}
 	srv.Pause()
-	var wg sync.WaitGroup
-	for range inFlight {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = s.AllowNContext(context.Background(), "k", 1)
-		}()
-	}
-	wg.Wait()
+	concurrently(inFlight, func() { _, _ = s.AllowNContext(context.Background(), "k", 1) })
 	srv.Resume()
 	if st := s.Stats(); st.Timeouts != inFlight || st.BreakerOpens != 0 {
 		t.Fatalf("after one stall with %d calls in flight: %+v; want %d timeouts and a closed breaker", inFlight, st, inFlight)

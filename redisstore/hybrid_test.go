@@ -292,6 +292,31 @@ func raiseTo(v *atomic.Int64, x int64) {
 	}
 }
 
+// slowHybrid is a Hybrid behind proxy: SyncInterval 5 ms, Limit 1000 per
+// second (MaxLease 10), FailClosed.
+func slowHybrid(t *testing.T, proxy *redistest.Proxy, alg engine.Algorithm) *Hybrid {
+	return newHybrid(t, HybridConfig{
+		Config: Config{Client: slowClient(t, proxy.Addr()), Algorithm: alg, Limit: 1000, Window: time.Second,
+			OnFailure: FailClosed, Timeout: slowTimeout},
+		SyncInterval: 5 * time.Millisecond,
+	})
+}
+
+// requireAllAdmitted asks for keys every 11 ms (askEvery) for span and
+// requires every request admitted, none left to the policy.
+func requireAllAdmitted(t *testing.T, h *Hybrid, keys []string, span time.Duration) {
+	t.Helper()
+	admitted, total, worst := askEvery(h, keys, 11*time.Millisecond, span)
+	st := h.Stats()
+	t.Logf("admitted %d of %d; slowest decision %v; %+v", admitted, total, worst, st)
+	if st.Store.FailClosed != 0 || st.Late != 0 || st.PipelineFaults != 0 {
+		t.Fatalf("decisions left to the policy: %+v", st)
+	}
+	if admitted != total {
+		t.Fatalf("admitted %d of %d requests far below the limit (a Store admits all)", admitted, total)
+	}
+}
+
 // TestF4HybridSlowNetwork (finding 4): with a round trip of 12 ms and
 // SyncInterval 5 ms (a lease used to die 10 ms after its send, so it
 // arrived dead) and a request every 11 ms or more, far below the limit,
@@ -303,20 +328,8 @@ func TestF4HybridSlowNetwork(t *testing.T) {
 	proxy := redistest.NewProxy(t, srv.Addr(), 6*time.Millisecond)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			h := newHybrid(t, HybridConfig{
-				Config: Config{Client: slowClient(t, proxy.Addr()), Algorithm: alg, Limit: 1000, Window: time.Second,
-					OnFailure: FailClosed, Timeout: slowTimeout},
-				SyncInterval: 5 * time.Millisecond,
-			})
-			admitted, total, worst := askEvery(h, []string{"k"}, 11*time.Millisecond, 1500*time.Millisecond)
-			st := h.Stats()
-			t.Logf("admitted %d of %d; slowest decision %v; %+v", admitted, total, worst, st)
-			if st.Store.FailClosed != 0 || st.Late != 0 || st.PipelineFaults != 0 {
-				t.Fatalf("decisions left to the policy at 12 ms RTT: %+v", st)
-			}
-			if admitted != total {
-				t.Fatalf("admitted %d of %d requests far below the limit (a Store admits all)", admitted, total)
-			}
+			h := slowHybrid(t, proxy, alg)
+			requireAllAdmitted(t, h, []string{"k"}, 1500*time.Millisecond)
 		})
 	}
 }
@@ -332,21 +345,9 @@ func TestF4HybridManyHotKeys(t *testing.T) {
 	for i := range keys {
 		keys[i] = "hot:" + strconv.Itoa(i)
 	}
-	h := newHybrid(t, HybridConfig{
-		Config: Config{Client: slowClient(t, proxy.Addr()), Algorithm: engine.SlidingCounter, Limit: 1000, Window: time.Second,
-			OnFailure: FailClosed, Timeout: slowTimeout},
-		SyncInterval: 5 * time.Millisecond,
-	})
-	admitted, total, worst := askEvery(h, keys, 11*time.Millisecond, 3*time.Second)
-	st := h.Stats()
-	t.Logf("admitted %d of %d; slowest decision %v; %+v", admitted, total, worst, st)
-	if st.Store.FailClosed != 0 || st.Late != 0 || st.PipelineFaults != 0 {
-		t.Fatalf("decisions left to the policy: %+v", st)
-	}
-	if admitted != total {
-		t.Fatalf("admitted %d of %d requests far below each key's limit", admitted, total)
-	}
-	if st.SyncedKeys <= uint64(len(keys)) {
+	h := slowHybrid(t, proxy, engine.SlidingCounter)
+	requireAllAdmitted(t, h, keys, 3*time.Second)
+	if st := h.Stats(); st.SyncedKeys <= uint64(len(keys)) {
 		t.Fatalf("the sync loop renewed %d key leases: the test did not exercise multi-chunk syncs", st.SyncedKeys)
 	}
 }
@@ -394,24 +395,12 @@ func TestF5HybridStallBoundedByTimeout(t *testing.T) {
 		Limit: 100, Window: time.Second, OnFailure: FailClosed, Timeout: timeout}})
 	h.Allow("warm") // the script is loaded and a connection is open
 	srv.Pause()
-	var wg sync.WaitGroup
-	var worst atomic.Int64
-	for range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			if d, err := h.AllowNContext(context.Background(), "new", 1); d.Allowed || err == nil {
-				t.Errorf("stalled Redis under FailClosed: %+v, %v", d, err)
-			}
-			if d := int64(time.Since(t0)); d > worst.Load() {
-				worst.Store(d)
-			}
-		}()
-	}
-	wg.Wait()
+	w := concurrently(8, func() {
+		if d, err := h.AllowNContext(context.Background(), "new", 1); d.Allowed || err == nil {
+			t.Errorf("stalled Redis under FailClosed: %+v, %v", d, err)
+		}
+	})
 	srv.Resume()
-	w := time.Duration(worst.Load())
 	t.Logf("slowest decision %v (Timeout %v); %+v", w, timeout, h.Stats())
 	if w > 3*timeout {
 		t.Fatalf("slowest decision during a stall took %v, more than 3 x Timeout %v", w, timeout)

@@ -191,6 +191,24 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 	}
 }
 
+// concurrently runs call in n goroutines at once, waits for all, and
+// returns the slowest call's duration.
+func concurrently(n int, call func()) time.Duration {
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			call()
+			raiseTo(&worst, int64(time.Since(t0)))
+		}()
+	}
+	wg.Wait()
+	return time.Duration(worst.Load())
+}
+
 func ceilUS(d time.Duration) time.Duration {
 	return (d + time.Microsecond - 1) / time.Microsecond * time.Microsecond
 }
@@ -210,24 +228,18 @@ func testConcurrentOneKey(t *testing.T, client redis.UniversalClient) {
 			clk.set(base)
 			s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Window: time.Minute, Clock: clk, Prefix: "conc:"})
 			var admitted atomic.Int64
-			var wg sync.WaitGroup
 			var firstErr atomic.Value
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range each {
-						d, err := s.AllowNContext(context.Background(), "hot", 1)
-						if err != nil {
-							firstErr.CompareAndSwap(nil, err)
-						}
-						if d.Allowed {
-							admitted.Add(1)
-						}
+			concurrently(workers, func() {
+				for range each {
+					d, err := s.AllowNContext(context.Background(), "hot", 1)
+					if err != nil {
+						firstErr.CompareAndSwap(nil, err)
 					}
-				}()
-			}
-			wg.Wait()
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
 			if err := firstErr.Load(); err != nil {
 				t.Fatal(err)
 			}
