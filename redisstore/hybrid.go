@@ -102,7 +102,12 @@ type Hybrid struct {
 	interval int64 // ns
 	maxLease int
 	node     any // this node's id in the SlidingCounter return marks
-	start    time.Time
+	// retSeq numbers returns on this node. One sequence for all keys, not
+	// one per key entry: an entry dropped while idle and created again
+	// must not reuse seqs that Redis has marked applied (its returns would
+	// be skipped as resends and their tokens stay reserved).
+	retSeq atomic.Int64
+	start  time.Time
 
 	keys sync.Map // string -> *hkey
 
@@ -133,8 +138,8 @@ type lease struct {
 }
 
 // ret is a retired lease's unspent tokens, to give back at a later sync;
-// seq numbers a SlidingCounter key's returns on this node (see
-// counterLeaseScript).
+// seq numbers the returns of this node (increasing per key, so Redis can
+// skip a return it has applied: see counterLeaseScript).
 type ret struct{ at, first, unused, seq int64 }
 
 // flight is a lease request in progress; done is closed once its result is
@@ -153,7 +158,6 @@ type hkey struct {
 	lastSend int64   // monotonic ns of the last send; guarded by mu
 	failErr  error   // why the last send failed, nil if it did not; guarded by mu
 	pending  []ret   // guarded by mu
-	retSeq   int64   // the last return seq handed out; guarded by mu
 	quiet    int     // syncs since the key last had demand; guarded by mu
 	dead     bool    // removed from the map; guarded by mu
 }
@@ -626,8 +630,8 @@ func (h *Hybrid) retire(e *hkey, l *lease) {
 		return
 	}
 	if unused := l.tokens.Swap(0); unused > 0 && !e.dead {
-		e.retSeq++
-		e.pending = append(e.pending, ret{at: l.at, first: l.first + l.granted - unused, unused: unused, seq: e.retSeq})
+		seq := h.retSeq.Add(1)
+		e.pending = append(e.pending, ret{at: l.at, first: l.first + l.granted - unused, unused: unused, seq: seq})
 	}
 }
 

@@ -219,8 +219,9 @@ func testHybridCloseReturnsTokens(t *testing.T, client redis.UniversalClient, al
 func TestHybridRedisDown(t *testing.T) {
 	quietClientLog(t)
 	srv := redistest.Start(t)
+	// SyncInterval 10 s: a lease lives 20 s, however slow the machine.
 	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingCounter,
-		Limit: 1000, Window: time.Hour, OnFailure: FailClosed}, MaxLease: 100})
+		Limit: 1000, Window: time.Hour, OnFailure: FailClosed}, MaxLease: 100, SyncInterval: 10 * time.Second})
 	if !h.Allow("warm") {
 		t.Fatal("healthy: denied")
 	}
@@ -493,5 +494,37 @@ func TestF1HybridCallerGivingUp(t *testing.T) {
 	}
 	if l := h.s.localLimiter(); l.Peek("cold").Remaining != 2 || l.Peek("cold2").Remaining != 2 {
 		t.Fatal("FailLocal consumed for callers that gave up")
+	}
+}
+
+// TestHybridReturnsAcrossIdleDrop: a key entry dropped while idle and
+// created again still has its returns applied (return seqs are per node,
+// not per entry; with per-entry seqs Redis skipped the new entry's returns
+// as resends and held the tokens), so after Close Redis holds exactly the
+// admitted requests.
+func TestHybridReturnsAcrossIdleDrop(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	h, err := NewHybrid(HybridConfig{Config: Config{Client: client, Algorithm: engine.SlidingCounter, Limit: 1000,
+		Window: time.Hour, Timeout: testTimeout}, MaxLease: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for round := range 2 {
+		for range 3 {
+			if h.Allow("k") {
+				admitted++
+			}
+		}
+		if round == 0 {
+			eventually(t, "the idle key's entry dropped", func() bool { return h.Stats().Keys == 0 })
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, held := readCounter(t, client, stateKey(h.s, "k")); held != int64(admitted) {
+		t.Fatalf("Redis holds %d after Close, admitted %d; %+v", held, admitted, h.Stats())
 	}
 }
