@@ -40,10 +40,11 @@
 // state means different things (another algorithm, window or limit) never
 // share it, even under one prefix; limiters with the same configuration (a
 // Store and a Hybrid, or gateways in a fleet) do. A SlidingLog key is a
-// sorted set of "<µs>:<seq>" members scored by their µs, plus the member "#"
-// whose negative score counts the seqs handed out; a SlidingCounter key is
-// the string "<window number>:<previous count>:<current count>". Keys longer
-// than MaxKeyLen are refused (ErrKeyTooLong) before any round trip.
+// sorted set of "<µs>:<seq>" members scored by their µs (at most about
+// 2 x Limit of them: entries that left the window are dropped every Limit
+// writes); a SlidingCounter key is the string "<window number>:<previous
+// count>:<current count>". Keys longer than MaxKeyLen are refused
+// (ErrKeyTooLong) before any round trip.
 //
 // # Deadlines
 //

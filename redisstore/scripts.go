@@ -31,7 +31,6 @@ func newScript(src string) *script {
 // at another time. Times are integers of µs since the epoch (about 1.7e15),
 // exact in a Lua double (< 2^53); numbers that go into members, values or
 // ranges are formatted with %d, because Lua's tostring would print 1.7e+15.
-// Timestamps are never negative (a Config.Clock must not read before 1970).
 func deadlineCheck(argv int) string {
 	return `
 local tm = redis.call('TIME')
@@ -59,50 +58,69 @@ local mode = tonumber(ARGV[4])
 local now = tonumber(ARGV[5]) or real
 `
 
+// logMember names the entry with seq at timestamp ts: "<ts>:<seq>", the
+// seq in decimal after a letter that gives its length ('a' one digit, 'b'
+// two, ...), so that members of one timestamp sort by seq (ZRANGE -1 -1
+// returns the highest seq: "b10" > "a9", where "10" < "9").
+const logMember = `
+local function member(ts, seq)
+  local d = string.format('%d', seq)
+  return ts .. ':' .. string.char(96 + #d) .. d
+end
+`
+
 // logAdd is SlidingLog's write, shared by the decision and the lease
-// script: n entries at t, with members "<t>:<seq>". seq comes from the
-// set's sequence member "#", whose score is minus the last seq handed out
-// (so it sorts below every timestamp, and no range query, which all start
-// at 0, sees it): members are never reused while the key lives, which makes
-// the Hybrid's returns (ZREM by name) idempotent. More than one entry is
-// added in chunks (unpack of a huge table overflows Lua's C stack), with
-// the deadline checked after each; past it, the entries added so far are
-// removed and nil returned. Otherwise it returns the first seq.
+// script: n entries at t with members logMember(t, seq), seq continuing
+// from top, the newest member's seq. Members are unique, and never come back
+// after a removal unless a new entry is stamped with the same µs as a
+// removed one (only when the server's clock has stepped back below a
+// key's newest entry): that keeps the Hybrid's returns, ZREM by name,
+// idempotent. More than one entry is added in chunks (unpack of a huge
+// table overflows Lua's C stack), with the deadline checked after each;
+// past it, the entries added so far are removed and nil returned.
+// Otherwise it returns the first seq.
+//
+// Entries that have left the window are not removed on every write (a
+// range query never counts them): only when the seqs cross a multiple of L,
+// so a key holds at most about 2 x L entries and a write usually costs one
+// ZADD.
 const logAdd = `
-local function logAdd(K, t, n, dl, ttl)
-  local seq = -tonumber(redis.call('ZINCRBY', K, -n, '#')) - n
+local function logAdd(K, t, n, dl, ttl, top, from)
+  local seq = tonumber(top and string.match(top, ':%a(%d+)$')) or 0
   local ts = string.format('%d', t)
   if n == 1 then
-    redis.call('ZADD', K, t, ts .. ':' .. string.format('%d', seq + 1))
-    return seq + 1
-  end
-  local i = 1
-  while i <= n do
-    local args = {}
-    local j = 0
-    while i <= n and j < 1000 do
-      args[2 * j + 1] = ts
-      args[2 * j + 2] = ts .. ':' .. string.format('%d', seq + i)
-      i = i + 1
-      j = j + 1
-    end
-    redis.call('ZADD', K, unpack(args))
-    local tm = redis.call('TIME')
-    if tm[1] * 1000000 + tm[2] > dl then
-      local k = 1
-      while k < i do
-        local m = {}
-        j = 0
-        while k < i and j < 1000 do
-          j = j + 1
-          m[j] = ts .. ':' .. string.format('%d', seq + k)
-          k = k + 1
-        end
-        redis.call('ZREM', K, unpack(m))
+    redis.call('ZADD', K, t, member(ts, seq + 1))
+  else
+    local i = 1
+    while i <= n do
+      local args = {}
+      local j = 0
+      while i <= n and j < 1000 do
+        args[2 * j + 1] = ts
+        args[2 * j + 2] = member(ts, seq + i)
+        i = i + 1
+        j = j + 1
       end
-      redis.call('PEXPIRE', K, ttl) -- the key may hold only "#" now
-      return nil
+      redis.call('ZADD', K, unpack(args))
+      local tm = redis.call('TIME')
+      if tm[1] * 1000000 + tm[2] > dl then
+        local k = 1
+        while k < i do
+          local m = {}
+          j = 0
+          while k < i and j < 1000 do
+            j = j + 1
+            m[j] = member(ts, seq + k)
+            k = k + 1
+          end
+          redis.call('ZREM', K, unpack(m))
+        end
+        return nil
+      end
     end
+  end
+  if math.floor(seq / L) ~= math.floor((seq + n) / L) then
+    redis.call('ZREMRANGEBYSCORE', K, '-inf', '(' .. from)
   end
   return seq + 1
 end
@@ -110,32 +128,29 @@ end
 
 // logWindow reads SlidingLog's state at now: t = max(now, newest entry)
 // (a key's time never goes back; delays count from the unclamped now), the
-// window's lower bound from (a string, never below 0) and c, the entries in
-// the closed interval [t-W, t].
+// window's lower bound from (a string) and c, the entries in the closed
+// interval [t-W, t].
 const logWindow = `
 local K = KEYS[1]
 local top = redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')
 local last = tonumber(top[2])
-if last and last < 0 then last = nil end -- only "#" is left
 local t = now
 if last and last > t then t = last end
-local from = '0'
-if t > W then from = string.format('%d', t - W) end
+local from = string.format('%d', t - W)
 local c = redis.call('ZCOUNT', K, from, '+inf')
 `
 
-// logScript is SlidingLog on a sorted set, the engine's ring in Redis: the
-// set keeps the last L recorded timestamps (score = µs). A request of n at
-// t is admitted iff at most L-n recorded entries lie in [t-W, t]. Out of
-// window entries are dropped before a write (t never decreases, so they
-// never count again), so after an admitted write the set holds c+n <= L
-// entries; in penalty mode the oldest are displaced to keep the newest L.
-var logScript = newScript(deadlineCheck(7) + decisionArgs + logAdd + logWindow + `
+// logScript is SlidingLog on a sorted set, the engine's ring in Redis
+// (score = µs). A request of n at t is admitted iff at most L-n recorded
+// entries lie in [t-W, t]; an admitted write keeps that at most L. In
+// penalty mode, where denied requests are recorded too, the oldest entries
+// are displaced to keep the newest L, as in the ring.
+var logScript = newScript(deadlineCheck(7) + decisionArgs + logMember + logAdd + logWindow + `
 local allowed = c + n <= L
 local record = mode == 2 or (mode == 1 and allowed)
 -- at(k): the k-th oldest (from 0) of the ring's last L entries, for k >=
--- L-c, i.e. an entry inside the window (the set holds at most L entries,
--- the newest c of them in the window).
+-- L-c, i.e. an entry inside the window (the newest c of the ring's
+-- entries are in the window).
 local function at(k)
   local e = redis.call('ZRANGEBYSCORE', K, from, '+inf', 'WITHSCORES', 'LIMIT', k - (L - c), 1)
   return tonumber(e[2])
@@ -161,11 +176,9 @@ elseif not allowed then
   retry = at(n - 1) + W + 1 - now
 end
 if record then
-  redis.call('ZREMRANGEBYSCORE', K, '0', '(' .. from)
-  if not logAdd(K, t, n, dl, ARGV[6]) then return {-1, 0, 0, 0, real} end
-  -- keep the newest L (rank 0 is "#"): memory per key stays bounded even
-  -- in penalty mode
-  if c + n > L then redis.call('ZREMRANGEBYRANK', K, 1, c + n - L) end
+  if not logAdd(K, t, n, dl, ARGV[6], top[1], from) then return {-1, 0, 0, 0, real} end
+  -- penalty: keep the newest L (memory per key stays bounded)
+  if c + n > L then redis.call('ZREMRANGEBYRANK', K, 0, -L - 1) end
   redis.call('PEXPIRE', K, ARGV[6])
 end
 local remaining = 0
@@ -278,13 +291,13 @@ return {1, 0, 0, 0, real}
 //
 // Returns must count once even when the node sends them again because it
 // never saw the reply of a call that ran: the log removes members by name
-// (never reused, see logAdd), which is idempotent; the counter keeps, per
+// (not reused, see logAdd), which is idempotent; the counter keeps, per
 // node, the highest return seq applied in a hash next to the state (same
 // hash tag) and skips returns at or below it.
 
 // logLeaseScript removes returned members by name and adds granted ones
 // like logScript.
-var logLeaseScript = newScript(deadlineCheck(5) + `
+var logLeaseScript = newScript(deadlineCheck(5) + logMember + `
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
@@ -300,7 +313,7 @@ for i = 0, r - 1 do
     local k = 0
     while j < cnt and k < 1000 do
       k = k + 1
-      m[k] = at .. ':' .. string.format('%d', first + j)
+      m[k] = member(at, first + j)
       j = j + 1
     end
     redis.call('ZREM', KEYS[1], unpack(m))
@@ -311,8 +324,7 @@ if g <= 0 then return {0, 0, 0, 0, real} end
 local k = L - c
 if k > g then k = g end
 if k <= 0 then return {0, t, 0, 0, real} end
-redis.call('ZREMRANGEBYSCORE', K, '0', '(' .. from)
-local first = logAdd(K, t, k, dl, ARGV[4])
+local first = logAdd(K, t, k, dl, ARGV[4], top[1], from)
 if not first then return {-1, 0, 0, 0, real} end
 redis.call('PEXPIRE', K, ARGV[4])
 return {k, t, first, 0, real}
