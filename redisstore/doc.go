@@ -42,8 +42,9 @@
 // Store and a Hybrid, or gateways in a fleet) do. A SlidingLog key is a
 // sorted set of "<µs>:<seq>" members scored by their µs (at most about
 // 2 x Limit of them: entries that left the window are dropped every Limit
-// writes); a SlidingCounter key is the string "<window number>:<previous
-// count>:<current count>". Keys longer than MaxKeyLen are refused
+// writes); a SlidingCounter key is a 16-byte string, the window number
+// (big-endian float64) and the previous and current window's counts
+// (big-endian uint32). Keys longer than MaxKeyLen are refused
 // (ErrKeyTooLong) before any round trip.
 //
 // # Deadlines

@@ -494,9 +494,9 @@ func (h *Hybrid) sendChunks(jobs []*job, wg *sync.WaitGroup) {
 func (h *Hybrid) args(j *job, verb string, dlWall int64) []any {
 	counter := h.lease == counterLeaseScript
 	a := make([]any, 0, 12+3*len(j.rets))
-	code := h.lease.sha
+	code := h.lease.shaArg
 	if verb == "eval" {
-		code = h.lease.src
+		code = h.lease.srcArg
 	}
 	if counter {
 		a = append(a, verb, code, "2", j.e.name, j.e.marks)

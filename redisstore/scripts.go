@@ -10,11 +10,15 @@ import (
 // on the server) when the server answers NOSCRIPT.
 type script struct {
 	src, sha string
+	// The source and the digest boxed once, for command arguments: boxing
+	// a string field allocates at every call.
+	srcArg, shaArg any
 }
 
 func newScript(src string) *script {
 	h := sha1.Sum([]byte(src))
-	return &script{src: src, sha: hex.EncodeToString(h[:])}
+	sha := hex.EncodeToString(h[:])
+	return &script{src: src, sha: sha, srcArg: src, shaArg: sha}
 }
 
 // Every script starts by reading the server's TIME and refusing the call
@@ -188,32 +192,40 @@ if newest then reset = newest + W + 1 - now end
 return {allowed and 1 or 0, remaining, retry, reset, real}
 `)
 
-// counterState reads SlidingCounter's state, one string "<w>:<p>:<c>" (the
-// window number, the previous and the current window's counts), the
-// engine's packed word in Redis, and shifts it to the window w of now:
-// prev and cur are the counts of windows w-1 and w. A stored window ahead
-// of now (time never goes back for a key) is used as is, at its start.
+// counterState reads SlidingCounter's state, the engine's packed word in
+// Redis: a 16-byte string, struct.pack('>dI4I4', w, p, c), the window
+// number (a float64, exact below 2^53) and the previous and the current
+// window's counts (uint32, at most 2^20-1). Binary rather than text:
+// unpacking makes no strings, which keeps the script's garbage, and so its
+// share of Lua's collector, to the reply. It shifts the state to the window
+// w of now: prev and cur are the counts of windows w-1 and w. A stored
+// window ahead of now (time never goes back for a key) is used as is, at
+// its start.
 const counterState = `
 local K = KEYS[1]
 local w = math.floor(now / W)
 local e = now - w * W
 local prev, cur = 0, 0
 local v = redis.call('GET', K)
-if v then
-  local a, b, d = string.match(v, '^(%d+):(%d+):(%d+)$')
-  local sw = tonumber(a)
-  if sw then
-    if sw == w then
-      prev, cur = tonumber(b), tonumber(d)
-    elseif sw == w - 1 then
-      prev = tonumber(d)
-    elseif sw > w then
-      w, e, prev, cur = sw, 0, tonumber(b), tonumber(d)
-    end
+if v and #v == 16 then
+  local sw, sp, sc = struct.unpack('>dI4I4', v)
+  if sw == w then
+    prev, cur = sp, sc
+  elseif sw == w - 1 then
+    prev = sc
+  elseif sw > w then
+    w, e, prev, cur = sw, 0, sp, sc
   end
 end
--- fdiv is floor(a/b) for integers a, b > 0, corrected for the rounding of
--- the double quotient.
+`
+
+// counterPack is the state's encoding (see counterState).
+const counterPack = `struct.pack('>dI4I4', w, prev, cur)`
+
+// fdiv is floor(a/b) for integers a, b > 0, corrected for the rounding of
+// the double quotient. A local function is a closure made at every call,
+// so the decision script defines it only where it denies.
+const fdiv = `
 local function fdiv(a, b)
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
@@ -234,11 +246,13 @@ local allowed = L - cur - n >= 0 and prev * (W - e) <= (L - cur - n) * W
 local record = mode == 2 or (mode == 1 and allowed)
 if record then
   cur = math.min(cur + n, MAX)
-  redis.call('SET', K, string.format('%d:%d:%d', w, prev, cur), 'PX', ARGV[6])
+  redis.call('SET', K, ` + counterPack + `, 'PX', ARGV[6])
 end
 local rest = W - e
 local p = prev * rest
-local weighted = fdiv(p, W)
+-- weighted = ceil(p / W), the double quotient corrected as in fdiv
+local weighted = math.floor(p / W)
+if weighted * W > p then weighted = weighted - 1 elseif (weighted + 1) * W <= p then weighted = weighted + 1 end
 if weighted * W < p then weighted = weighted + 1 end
 local remaining = 0
 if weighted + cur < L then remaining = L - weighted - cur end
@@ -246,6 +260,7 @@ local reset = 0
 if cur > 0 then reset = rest + W elseif prev > 0 then reset = rest end
 local retry = 0
 if not allowed then
+` + fdiv + `
   -- the earliest e' in [e, W) with prev*(W-e') <= (L-cur-n)*W ...
   retry = -1
   if cur + n <= L and prev == 0 then
@@ -341,7 +356,7 @@ local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
 local r = tonumber(ARGV[6])
 local now = real
-` + counterState + `
+` + counterState + fdiv + `
 local changed = false
 if r > 0 then
   local node = ARGV[7 + 3 * r]
@@ -378,7 +393,7 @@ end
 if k > 0 or changed then
   cur = cur + k
   if cur > 0 or prev > 0 then
-    redis.call('SET', K, string.format('%d:%d:%d', w, prev, cur), 'PX', ARGV[4])
+    redis.call('SET', K, ` + counterPack + `, 'PX', ARGV[4])
   else
     redis.call('DEL', K)
   end

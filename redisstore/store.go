@@ -228,13 +228,13 @@ func (s *Store) eval(ctx context.Context, sc *script, name string, t uint16, arg
 	var out [4]int64
 	err := s.roundTrip(ctx, func(ctx context.Context, dlWall int64) error {
 		a := make([]any, 4+len(argv))
-		a[0], a[1], a[2], a[3] = "evalsha", sc.sha, oneKey, name
+		a[0], a[1], a[2], a[3] = "evalsha", sc.shaArg, oneKey, name
 		copy(a[4:], argv)
 		a[4+dlAt] = s.serverDeadline(dlWall, t)
 		cmd := redis.NewIntSliceCmd(ctx, a...)
 		err := s.cfg.Client.Process(ctx, cmd)
 		if isNoScript(err) {
-			a[0], a[1] = "eval", sc.src // EVAL also caches the script
+			a[0], a[1] = "eval", sc.srcArg // EVAL also caches the script
 			cmd = redis.NewIntSliceCmd(ctx, a...)
 			err = s.cfg.Client.Process(ctx, cmd)
 		}
@@ -366,6 +366,9 @@ func isTimeout(err error) bool {
 }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false // before errors.As: its target would escape, an allocation per call
+	}
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -56,21 +58,22 @@ func logEntries(t testing.TB, c redis.UniversalClient, name string) int64 {
 	return n
 }
 
-// readCounter reads a SlidingCounter key's "<w>:<p>:<c>"; zeros when the
-// key is absent.
+// readCounter reads a SlidingCounter key's state (16 bytes: big-endian
+// float64 window number, uint32 previous and current counts); zeros when
+// the key is absent.
 func readCounter(t testing.TB, c redis.UniversalClient, name string) (w, prev, cur int64) {
 	t.Helper()
-	v, err := c.Get(context.Background(), name).Result()
+	v, err := c.Get(context.Background(), name).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return 0, 0, 0
 	}
 	if err != nil {
 		t.Fatalf("GET %q: %v", name, err)
 	}
-	if _, err := fmt.Sscanf(v, "%d:%d:%d", &w, &prev, &cur); err != nil {
-		t.Fatalf("counter state %q: %v", v, err)
+	if len(v) != 16 {
+		t.Fatalf("counter state %q: %d bytes, want 16", v, len(v))
 	}
-	return w, prev, cur
+	return int64(math.Float64frombits(binary.BigEndian.Uint64(v))), int64(binary.BigEndian.Uint32(v[8:])), int64(binary.BigEndian.Uint32(v[12:]))
 }
 
 // testTimeout is the Timeout of tests that are not about timeouts: on a
