@@ -62,86 +62,106 @@ local mode = tonumber(ARGV[4])
 local now = tonumber(ARGV[5]) or real
 `
 
-// logMember names the entry with seq at timestamp ts: "<ts>:<seq>", the
-// seq in decimal after a letter that gives its length ('a' one digit, 'b'
-// two, ...), so that members of one timestamp sort by seq (ZRANGE -1 -1
-// returns the highest seq: "b10" > "a9", where "10" < "9").
-const logMember = `
+// logMany defines member and addMany, for writes of more than one entry
+// (the decision script defines them only then: a local function is a
+// closure made at every call). member names the entry with seq at
+// timestamp ts: "<ts>:<seq>", the seq in decimal after a letter that gives
+// its length ('a' one digit, 'b' two, ...), so that members of one
+// timestamp sort by seq (ZRANGE -1 -1 returns the highest: "b10" > "a9",
+// where "10" < "9"). addMany adds n entries at t with seqs seq+1..seq+n in
+// chunks (unpack of a huge table overflows Lua's C stack), checking the
+// deadline after each; past it, it removes what it added and returns false.
+const logMany = `
 local function member(ts, seq)
   local d = string.format('%d', seq)
   return ts .. ':' .. string.char(96 + #d) .. d
 end
-`
-
-// logAdd is SlidingLog's write, shared by the decision and the lease
-// script: n entries at t with members logMember(t, seq), seq continuing
-// from top, the newest member's seq. Members are unique, and never come back
-// after a removal unless a new entry is stamped with the same µs as a
-// removed one (only when the server's clock has stepped back below a
-// key's newest entry): that keeps the Hybrid's returns, ZREM by name,
-// idempotent. More than one entry is added in chunks (unpack of a huge
-// table overflows Lua's C stack), with the deadline checked after each;
-// past it, the entries added so far are removed and nil returned.
-// Otherwise it returns the first seq.
-//
-// Entries that have left the window are not removed on every write (a
-// range query never counts them): only when the seqs cross a multiple of L,
-// so a key holds at most about 2 x L entries and a write usually costs one
-// ZADD.
-const logAdd = `
-local function logAdd(K, t, n, dl, ttl, top, from)
-  local seq = tonumber(top and string.match(top, ':%a(%d+)$')) or 0
-  local ts = string.format('%d', t)
-  if n == 1 then
-    redis.call('ZADD', K, t, member(ts, seq + 1))
-  else
-    local i = 1
-    while i <= n do
-      local args = {}
-      local j = 0
-      while i <= n and j < 1000 do
-        args[2 * j + 1] = ts
-        args[2 * j + 2] = member(ts, seq + i)
-        i = i + 1
-        j = j + 1
-      end
-      redis.call('ZADD', K, unpack(args))
-      local tm = redis.call('TIME')
-      if tm[1] * 1000000 + tm[2] > dl then
-        local k = 1
-        while k < i do
-          local m = {}
-          j = 0
-          while k < i and j < 1000 do
-            j = j + 1
-            m[j] = member(ts, seq + k)
-            k = k + 1
-          end
-          redis.call('ZREM', K, unpack(m))
+local function addMany(K, ts, t, seq, n, dl)
+  local i = 1
+  while i <= n do
+    local args = {}
+    local j = 0
+    while i <= n and j < 1000 do
+      args[2 * j + 1] = t
+      args[2 * j + 2] = member(ts, seq + i)
+      i = i + 1
+      j = j + 1
+    end
+    redis.call('ZADD', K, unpack(args))
+    local tm = redis.call('TIME')
+    if tm[1] * 1000000 + tm[2] > dl then
+      local k = 1
+      while k < i do
+        local m = {}
+        j = 0
+        while k < i and j < 1000 do
+          j = j + 1
+          m[j] = member(ts, seq + k)
+          k = k + 1
         end
-        return nil
+        redis.call('ZREM', K, unpack(m))
       end
+      return false
     end
   end
-  if math.floor(seq / L) ~= math.floor((seq + n) / L) then
-    redis.call('ZREMRANGEBYSCORE', K, '-inf', '(' .. from)
-  end
-  return seq + 1
+  return true
 end
 `
 
 // logWindow reads SlidingLog's state at now: t = max(now, newest entry)
 // (a key's time never goes back; delays count from the unclamped now), the
-// window's lower bound from (a string) and c, the entries in the closed
-// interval [t-W, t].
+// window's lower bound from and c, the entries in the closed interval
+// [t-W, t]. Scores go to Redis as Lua numbers (exact doubles, parsed back
+// exactly); names and integer arguments are formatted with %d.
 const logWindow = `
 local K = KEYS[1]
 local top = redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')
 local last = tonumber(top[2])
 local t = now
 if last and last > t then t = last end
-local from = string.format('%d', t - W)
+local from = t - W
 local c = redis.call('ZCOUNT', K, from, '+inf')
+`
+
+// logWrite adds n entries at t after the newest member top[1] (seqs go on
+// from its seq; members are unique, and a removed one comes back only if a
+// new entry is stamped with its µs, which needs the server's clock to
+// step back below the key's newest entry: that keeps the Hybrid's returns,
+// ZREM by name, idempotent). It sets ok = false when the deadline passed
+// during a write of many entries (taken back).
+//
+// Upkeep is amortized: entries that have left the window are dropped only
+// when the seqs cross a multiple of L (a range query never counts them; a
+// key holds at most about 2 x L entries), and the key's expiry is set, as
+// an absolute time, only when a write is the first of its aligned window
+// (at the end of the next window: every entry of this window has left the
+// window by then), so that the usual write is one ZADD. With a Config.Clock
+// (tests), timestamps are not the server's time and the TTL is relative
+// (relTTL, ms).
+const logWrite = `
+local ok = true
+do
+  local seq = tonumber(top[1] and string.match(top[1], ':%a(%d+)$')) or 0
+  local ts = string.format('%d', t)
+  if n == 1 then
+    local d = string.format('%d', seq + 1)
+    redis.call('ZADD', K, t, ts .. ':' .. string.char(96 + #d) .. d)
+  else
+` + logMany + `
+    ok = addMany(K, ts, t, seq, n, dl)
+  end
+  if ok then
+    if math.floor(seq / L) ~= math.floor((seq + n) / L) then
+      redis.call('ZREMRANGEBYSCORE', K, '-inf', '(' .. string.format('%d', from))
+    end
+    if relTTL then
+      redis.call('PEXPIRE', K, relTTL)
+    elseif not last or math.floor(last / W) ~= math.floor(t / W) then
+      local b = math.floor(t / W)
+      redis.call('PEXPIREAT', K, string.format('%d', math.floor((b + 2) * W / 1000) + 1))
+    end
+  end
+end
 `
 
 // logScript is SlidingLog on a sorted set, the engine's ring in Redis
@@ -149,16 +169,11 @@ local c = redis.call('ZCOUNT', K, from, '+inf')
 // entries lie in [t-W, t]; an admitted write keeps that at most L. In
 // penalty mode, where denied requests are recorded too, the oldest entries
 // are displaced to keep the newest L, as in the ring.
-var logScript = newScript(deadlineCheck(7) + decisionArgs + logMember + logAdd + logWindow + `
+var logScript = newScript(deadlineCheck(7) + decisionArgs + logWindow + `
+local relTTL = nil
+if ARGV[5] ~= '' then relTTL = ARGV[6] end
 local allowed = c + n <= L
 local record = mode == 2 or (mode == 1 and allowed)
--- at(k): the k-th oldest (from 0) of the ring's last L entries, for k >=
--- L-c, i.e. an entry inside the window (the newest c of the ring's
--- entries are in the window).
-local function at(k)
-  local e = redis.call('ZRANGEBYSCORE', K, from, '+inf', 'WITHSCORES', 'LIMIT', k - (L - c), 1)
-  return tonumber(e[2])
-end
 local after = c
 local newest = nil
 if c > 0 then newest = last end
@@ -166,24 +181,33 @@ local retry = 0
 if record and allowed then
   after = c + n
   newest = t
-elseif record then
-  -- Penalty: the n oldest entries are displaced, some of them inside the
-  -- window; n more pass once the old entry 2n-1 (or these) leave it.
-  local inside = 0
-  if n > L - c then inside = n - (L - c) end
-  after = c + n - inside
-  newest = t
-  local need = t
-  if 2 * n - 1 < L then need = at(2 * n - 1) end
-  retry = need + W + 1 - now
 elseif not allowed then
-  retry = at(n - 1) + W + 1 - now
+  -- at(k): the k-th oldest (from 0) of the ring's last L entries, for k >=
+  -- L-c, i.e. an entry inside the window (the newest c of the ring's
+  -- entries are in the window).
+  local function at(k)
+    local e = redis.call('ZRANGEBYSCORE', K, from, '+inf', 'WITHSCORES', 'LIMIT', k - (L - c), 1)
+    return tonumber(e[2])
+  end
+  if record then
+    -- Penalty: the n oldest entries are displaced, some of them inside
+    -- the window; n more pass once the old entry 2n-1 (or these) leave it.
+    local inside = 0
+    if n > L - c then inside = n - (L - c) end
+    after = c + n - inside
+    newest = t
+    local need = t
+    if 2 * n - 1 < L then need = at(2 * n - 1) end
+    retry = need + W + 1 - now
+  else
+    retry = at(n - 1) + W + 1 - now
+  end
 end
 if record then
-  if not logAdd(K, t, n, dl, ARGV[6], top[1], from) then return {-1, 0, 0, 0, real} end
+` + logWrite + `
+  if not ok then return {-1, 0, 0, 0, real} end
   -- penalty: keep the newest L (memory per key stays bounded)
   if c + n > L then redis.call('ZREMRANGEBYRANK', K, 0, -L - 1) end
-  redis.call('PEXPIRE', K, ARGV[6])
 end
 local remaining = 0
 if after < L then remaining = L - after end
@@ -306,18 +330,19 @@ return {1, 0, 0, 0, real}
 //
 // Returns must count once even when the node sends them again because it
 // never saw the reply of a call that ran: the log removes members by name
-// (not reused, see logAdd), which is idempotent; the counter keeps, per
+// (not reused, see logWrite), which is idempotent; the counter keeps, per
 // node, the highest return seq applied in a hash next to the state (same
 // hash tag) and skips returns at or below it.
 
 // logLeaseScript removes returned members by name and adds granted ones
 // like logScript.
-var logLeaseScript = newScript(deadlineCheck(5) + logMember + `
+var logLeaseScript = newScript(deadlineCheck(5) + logMany + `
 local L = tonumber(ARGV[1])
 local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
 local r = tonumber(ARGV[6])
 local now = real
+local relTTL = nil -- no Config.Clock in a Hybrid: logWrite sets absolute expiries
 for i = 0, r - 1 do
   local at = ARGV[7 + 3 * i]
   local first = tonumber(ARGV[8 + 3 * i])
@@ -335,14 +360,14 @@ for i = 0, r - 1 do
   end
 end
 if g <= 0 then return {0, 0, 0, 0, real} end
-` + logAdd + logWindow + `
-local k = L - c
-if k > g then k = g end
-if k <= 0 then return {0, t, 0, 0, real} end
-local first = logAdd(K, t, k, dl, ARGV[4], top[1], from)
-if not first then return {-1, 0, 0, 0, real} end
-redis.call('PEXPIRE', K, ARGV[4])
-return {k, t, first, 0, real}
+` + logWindow + `
+local n = L - c
+if n > g then n = g end
+if n <= 0 then return {0, t, 0, 0, real} end
+local first = (tonumber(top[1] and string.match(top[1], ':%a(%d+)$')) or 0) + 1
+` + logWrite + `
+if not ok then return {-1, 0, 0, 0, real} end
+return {n, t, first, 0, real}
 `)
 
 // counterLeaseScript subtracts returned tokens from the window they were

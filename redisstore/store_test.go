@@ -327,3 +327,29 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		t.Fatalf("valid config rejected: %v", err)
 	}
 }
+
+// TestLogKeyOutlivesItsEntries: a SlidingLog key's expiry is set only on
+// the first write of each aligned window, at the end of the next window;
+// after every write the key must still live at least a Window, or an entry
+// still in the window would vanish with it.
+func TestLogKeyOutlivesItsEntries(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	const window = 300 * time.Millisecond
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 1000, Window: window})
+	name := stateKey(s, "k")
+	rng := rand.New(rand.NewPCG(10, 10))
+	for range 40 {
+		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+		before := time.Now()
+		if d := s.AllowN("k", 1); !d.Allowed {
+			t.Fatalf("denied: %+v", d)
+		}
+		ttl := client.PTTL(context.Background(), name).Val()
+		// The entry was written after before; the key must outlive it by a
+		// Window: expiry >= before + window, so ttl >= window - (now - before).
+		if min := window - time.Since(before) - time.Millisecond; ttl < min {
+			t.Fatalf("PTTL %v after a write, want at least %v", ttl, min)
+		}
+	}
+}
