@@ -283,7 +283,10 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 		s.canceled.Add(1)
 		return err
 	}
-	ok, probe := s.br.allow(s.mono())
+	ok, probe := true, false
+	if s.br.isOpen() { // a closed breaker needs no clock read
+		ok, probe = s.br.allow(s.mono())
+	}
 	if !ok {
 		s.shortCircuits.Add(1)
 		return fmt.Errorf("%w: %w", ErrUnavailable, ErrCircuitOpen)
