@@ -7,8 +7,8 @@
 #                      ours vs redis_rate/v10 vs a MULTI ZSET log, plus the
 #                      hybrid mode; out/bench/redis.txt and the RESULTS.md
 #                      fragment out/results-fragments/redis.md
-REDIS_BENCH_TIME  ?= 2s
-REDIS_BENCH_COUNT ?= 5
+REDIS_BENCH_TIME  ?= 1s
+REDIS_BENCH_COUNT ?= 10
 REDIS_BENCH_CPU   ?= 1,2
 
 .PHONY: redis-server-dep bench-redis

@@ -40,9 +40,10 @@
 // state means different things (another algorithm, window or limit) never
 // share it, even under one prefix; limiters with the same configuration (a
 // Store and a Hybrid, or gateways in a fleet) do. A SlidingLog key is a
-// sorted set of "<µs>:<seq>" members scored by their µs (at most about
-// 2 x Limit of them: entries that left the window are dropped every Limit
-// writes); a SlidingCounter key is a 16-byte string, the window number
+// sorted set of entries scored by their µs, named by the script run that
+// wrote them (at most about 2 x Limit of them: entries that left the window
+// are dropped about once a Window); a SlidingCounter key is a 16-byte
+// string, the window number
 // (big-endian float64) and the previous and current window's counts
 // (big-endian uint32). Keys longer than MaxKeyLen are refused
 // (ErrKeyTooLong) before any round trip.

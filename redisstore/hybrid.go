@@ -133,8 +133,8 @@ type lease struct {
 	tokens  atomic.Int64 // unspent; swapped to 0 when the lease is retired
 	granted int64
 	expires int64 // monotonic ns: max(send + 2 x SyncInterval, receipt + SyncInterval)
-	at      int64 // log: server µs of the reservation; counter: window number
-	first   int64 // log: seq of the first member
+	at      int64 // log: the TIME (µs) of the script run that reserved it, which names its members; counter: window number
+	first   int64 // log: index of the first member
 }
 
 // ret is a retired lease's unspent tokens, to give back at a later sync;

@@ -62,28 +62,34 @@ local mode = tonumber(ARGV[4])
 local now = tonumber(ARGV[5]) or real
 `
 
+// Log members. An entry's member is unique without a counter: the script
+// run that wrote it is named by the server's TIME when it started, and two
+// script runs on one server never start in the same microsecond (a run
+// takes several). A decision of one request writes tm[1] .. tm[2], the
+// seconds (ten digits) and microseconds as TIME gives them, with no
+// formatting; n requests, or a Hybrid lease, write R .. ':' .. i for i =
+// 1..n, with R the run's TIME in µs (%d), so that a lease's members can be
+// named again to return them. The names never come back once removed
+// (unless the server's clock steps back onto the very microsecond), which
+// keeps the Hybrid's returns, ZREM by name, idempotent.
+//
 // logMany defines member and addMany, for writes of more than one entry
 // (the decision script defines them only then: a local function is a
-// closure made at every call). member names the entry with seq at
-// timestamp ts: "<ts>:<seq>", the seq in decimal after a letter that gives
-// its length ('a' one digit, 'b' two, ...), so that members of one
-// timestamp sort by seq (ZRANGE -1 -1 returns the highest: "b10" > "a9",
-// where "10" < "9"). addMany adds n entries at t with seqs seq+1..seq+n in
-// chunks (unpack of a huge table overflows Lua's C stack), checking the
-// deadline after each; past it, it removes what it added and returns false.
+// closure made at every call). addMany adds n entries at t in chunks
+// (unpack of a huge table overflows Lua's C stack), checking the deadline
+// after each; past it, it removes what it added and returns false.
 const logMany = `
-local function member(ts, seq)
-  local d = string.format('%d', seq)
-  return ts .. ':' .. string.char(96 + #d) .. d
+local function member(R, i)
+  return R .. ':' .. string.format('%d', i)
 end
-local function addMany(K, ts, t, seq, n, dl)
+local function addMany(K, R, t, n, dl)
   local i = 1
   while i <= n do
     local args = {}
     local j = 0
     while i <= n and j < 1000 do
       args[2 * j + 1] = t
-      args[2 * j + 2] = member(ts, seq + i)
+      args[2 * j + 2] = member(R, i)
       i = i + 1
       j = j + 1
     end
@@ -96,7 +102,7 @@ local function addMany(K, ts, t, seq, n, dl)
         j = 0
         while k < i and j < 1000 do
           j = j + 1
-          m[j] = member(ts, seq + k)
+          m[j] = member(R, k)
           k = k + 1
         end
         redis.call('ZREM', K, unpack(m))
@@ -111,54 +117,50 @@ end
 // logWindow reads SlidingLog's state at now: t = max(now, newest entry)
 // (a key's time never goes back; delays count from the unclamped now), the
 // window's lower bound from and c, the entries in the closed interval
-// [t-W, t]. Scores go to Redis as Lua numbers (exact doubles, parsed back
-// exactly); names and integer arguments are formatted with %d.
+// [t-W, t]. The newest entry's score (last) is read only when there are
+// entries after now (a clock that stepped back, or a Config.Clock): ZRANGE
+// WITHSCORES formats a double for its reply, which costs twice a ZCOUNT.
+// Scores go to Redis as Lua numbers (exact doubles, parsed back exactly);
+// integer arguments are formatted with %d.
 const logWindow = `
 local K = KEYS[1]
-local top = redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')
-local last = tonumber(top[2])
+local last = nil
+if redis.call('ZCOUNT', K, now + 1, '+inf') > 0 then
+  last = tonumber(redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')[2])
+end
 local t = now
 if last and last > t then t = last end
 local from = t - W
 local c = redis.call('ZCOUNT', K, from, '+inf')
 `
 
-// logWrite adds n entries at t after the newest member top[1] (seqs go on
-// from its seq; members are unique, and a removed one comes back only if a
-// new entry is stamped with its µs, which needs the server's clock to
-// step back below the key's newest entry: that keeps the Hybrid's returns,
-// ZREM by name, idempotent). It sets ok = false when the deadline passed
-// during a write of many entries (taken back).
+// logWrite adds n entries at t (see the members above: single says a
+// lone entry may take the short name) and sets ok = false when the
+// deadline passed during a write of many entries (taken back).
 //
-// Upkeep is amortized: entries that have left the window are dropped only
-// when the seqs cross a multiple of L (a range query never counts them; a
-// key holds at most about 2 x L entries), and the key's expiry is set, as
-// an absolute time, only when a write is the first of its aligned window
-// (at the end of the next window: every entry of this window has left the
-// window by then), so that the usual write is one ZADD. With a Config.Clock
-// (tests), timestamps are not the server's time and the TTL is relative
-// (relTTL, ms).
+// Upkeep is amortized: when the key's TTL no longer covers the new entry's
+// stay in the window, entries that have left the window are dropped (a
+// range query never counts them) and the TTL is set to about two windows;
+// so that happens about once a Window per key, a key holds the entries of
+// about two windows (at most about 2 x L), and the usual write is a ZADD
+// and a PTTL. With a Config.Clock (tests), timestamps are not the server's
+// time: the TTL is relTTL (ms) at every write.
 const logWrite = `
 local ok = true
-do
-  local seq = tonumber(top[1] and string.match(top[1], ':%a(%d+)$')) or 0
-  local ts = string.format('%d', t)
-  if n == 1 then
-    local d = string.format('%d', seq + 1)
-    redis.call('ZADD', K, t, ts .. ':' .. string.char(96 + #d) .. d)
-  else
+if n == 1 and single then
+  redis.call('ZADD', K, t, tm[1] .. tm[2])
+else
 ` + logMany + `
-    ok = addMany(K, ts, t, seq, n, dl)
-  end
-  if ok then
-    if math.floor(seq / L) ~= math.floor((seq + n) / L) then
+  ok = addMany(K, string.format('%d', real), t, n, dl)
+end
+if ok then
+  if relTTL then
+    redis.call('PEXPIRE', K, relTTL)
+  else
+    local need = math.floor((t - now + W) / 1000) + 1
+    if redis.call('PTTL', K) < need then
       redis.call('ZREMRANGEBYSCORE', K, '-inf', '(' .. string.format('%d', from))
-    end
-    if relTTL then
-      redis.call('PEXPIRE', K, relTTL)
-    elseif not last or math.floor(last / W) ~= math.floor(t / W) then
-      local b = math.floor(t / W)
-      redis.call('PEXPIREAT', K, string.format('%d', math.floor((b + 2) * W / 1000) + 1))
+      redis.call('PEXPIRE', K, need + math.floor(W / 1000) + 1)
     end
   end
 end
@@ -170,18 +172,22 @@ end
 // penalty mode, where denied requests are recorded too, the oldest entries
 // are displaced to keep the newest L, as in the ring.
 var logScript = newScript(deadlineCheck(7) + decisionArgs + logWindow + `
+local single = true
 local relTTL = nil
 if ARGV[5] ~= '' then relTTL = ARGV[6] end
 local allowed = c + n <= L
 local record = mode == 2 or (mode == 1 and allowed)
 local after = c
 local newest = nil
-if c > 0 then newest = last end
 local retry = 0
 if record and allowed then
   after = c + n
   newest = t
-elseif not allowed then
+elseif c > 0 then
+  if not last then last = tonumber(redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')[2]) end
+  newest = last
+end
+if not allowed then
   -- at(k): the k-th oldest (from 0) of the ring's last L entries, for k >=
   -- L-c, i.e. an entry inside the window (the newest c of the ring's
   -- entries are in the window).
@@ -342,9 +348,9 @@ local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
 local r = tonumber(ARGV[6])
 local now = real
-local relTTL = nil -- no Config.Clock in a Hybrid: logWrite sets absolute expiries
+local relTTL = nil -- no Config.Clock in a Hybrid
 for i = 0, r - 1 do
-  local at = ARGV[7 + 3 * i]
+  local R = ARGV[7 + 3 * i]
   local first = tonumber(ARGV[8 + 3 * i])
   local cnt = tonumber(ARGV[9 + 3 * i])
   local j = 0
@@ -353,7 +359,7 @@ for i = 0, r - 1 do
     local k = 0
     while j < cnt and k < 1000 do
       k = k + 1
-      m[k] = member(at, first + j)
+      m[k] = member(R, first + j)
       j = j + 1
     end
     redis.call('ZREM', KEYS[1], unpack(m))
@@ -363,11 +369,11 @@ if g <= 0 then return {0, 0, 0, 0, real} end
 ` + logWindow + `
 local n = L - c
 if n > g then n = g end
-if n <= 0 then return {0, t, 0, 0, real} end
-local first = (tonumber(top[1] and string.match(top[1], ':%a(%d+)$')) or 0) + 1
+if n <= 0 then return {0, 0, 0, 0, real} end
+local single = false -- a lease's members must be R:i, to be named in returns
 ` + logWrite + `
 if not ok then return {-1, 0, 0, 0, real} end
-return {n, t, first, 0, real}
+return {n, real, 1, 0, real}
 `)
 
 // counterLeaseScript subtracts returned tokens from the window they were
