@@ -509,3 +509,44 @@ func quietClientLog(*testing.T) { redis.SetLogger(voidLogger{}) }
 type voidLogger struct{}
 
 func (voidLogger) Printf(context.Context, string, ...interface{}) {}
+
+// TestLogNamesNeverShared: a log entry's name is taken from the writing
+// script run's TIME; when that name is already taken (a failover to a
+// server whose clock is behind, a clock that stepped back), the write picks
+// a fresh one instead of overwriting the old entry (which would lose a
+// request). The script's write is run here with a TIME the test chooses.
+func TestLogNamesNeverShared(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	ctx := context.Background()
+	// logWrite with its inputs: TIME (sec, µs) as given, n entries at t.
+	harness := `
+local tm = {ARGV[1], ARGV[2]}
+local real = tm[1] * 1000000 + tm[2]
+local K = KEYS[1]
+local n = tonumber(ARGV[3])
+local single = true
+local t, now, W, from, dl, last = real, real, 1000000, real - 1000000, 1e17, nil
+local relTTL = '60000'
+` + logWrite + `
+return {ok and 1 or 0, first}`
+	write := func(sec, usec string, n int) []int64 {
+		t.Helper()
+		r, err := client.Eval(ctx, harness, []string{"names"}, sec, usec, n).Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	write("1700000000", "5", 1)
+	write("1700000000", "5", 1) // the same µs again: a second entry, not an overwrite
+	write("1700000000", "5", 1)
+	if got := client.ZCard(ctx, "names").Val(); got != 3 {
+		t.Fatalf("three writes of one request at one µs left %d entries", got)
+	}
+	r1 := write("1700000001", "7", 3)
+	r2 := write("1700000001", "7", 3)
+	if got := client.ZCard(ctx, "names").Val(); got != 9 || r1[1] != 1 || r2[1] != 1000001 {
+		t.Fatalf("two writes of three at one µs: %d entries, first indexes %d and %d", got, r1[1], r2[1])
+	}
+}

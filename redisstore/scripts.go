@@ -68,49 +68,56 @@ local now = tonumber(ARGV[5]) or real
 // takes several). A decision of one request writes tm[1] .. tm[2], the
 // seconds (ten digits) and microseconds as TIME gives them, with no
 // formatting; n requests, or a Hybrid lease, write R .. ':' .. i for i =
-// 1..n, with R the run's TIME in µs (%d), so that a lease's members can be
-// named again to return them. The names never come back once removed
-// (unless the server's clock steps back onto the very microsecond), which
-// keeps the Hybrid's returns, ZREM by name, idempotent.
+// first..first+n-1, with R the run's TIME in µs (%d), so that a lease's
+// members can be named again to return them. A name can still be taken
+// (after a failover to a server whose clock is behind the old one's, or a
+// clock that stepped back): ZADD NX then reports it and a fresh one is
+// picked ('#' and a number after a lone entry's name; for many, first
+// moves up by a million, past any Limit). So names are never shared, and
+// a removed one does not come back, which keeps the Hybrid's returns, ZREM
+// by name, idempotent.
 //
 // logMany defines member and addMany, for writes of more than one entry
 // (the decision script defines them only then: a local function is a
 // closure made at every call). addMany adds n entries at t in chunks
 // (unpack of a huge table overflows Lua's C stack), checking the deadline
-// after each; past it, it removes what it added and returns false.
+// after each; past it, it removes what it added and returns false. It
+// returns true and the first index otherwise.
 const logMany = `
 local function member(R, i)
   return R .. ':' .. string.format('%d', i)
 end
 local function addMany(K, R, t, n, dl)
-  local i = 1
-  while i <= n do
-    local args = {}
+  local first = 1
+  while redis.call('ZSCORE', K, member(R, first)) do first = first + 1000000 end
+  local i = 0
+  while i < n do
+    local args = {'NX'}
     local j = 0
-    while i <= n and j < 1000 do
-      args[2 * j + 1] = t
-      args[2 * j + 2] = member(R, i)
+    while i < n and j < 1000 do
+      args[2 * j + 2] = t
+      args[2 * j + 3] = member(R, first + i)
       i = i + 1
       j = j + 1
     end
     redis.call('ZADD', K, unpack(args))
     local tm = redis.call('TIME')
     if tm[1] * 1000000 + tm[2] > dl then
-      local k = 1
+      local k = 0
       while k < i do
         local m = {}
         j = 0
         while k < i and j < 1000 do
           j = j + 1
-          m[j] = member(R, k)
+          m[j] = member(R, first + k)
           k = k + 1
         end
         redis.call('ZREM', K, unpack(m))
       end
-      return false
+      return false, first
     end
   end
-  return true
+  return true, first
 end
 `
 
@@ -135,8 +142,9 @@ local c = redis.call('ZCOUNT', K, from, '+inf')
 `
 
 // logWrite adds n entries at t (see the members above: single says a
-// lone entry may take the short name) and sets ok = false when the
-// deadline passed during a write of many entries (taken back).
+// lone entry may take the short name), setting first to the index of the
+// first of many, and sets ok = false when the deadline passed during a
+// write of many entries (taken back).
 //
 // Upkeep is amortized: when the key's TTL no longer covers the new entry's
 // stay in the window, entries that have left the window are dropped (a
@@ -146,12 +154,17 @@ local c = redis.call('ZCOUNT', K, from, '+inf')
 // and a PTTL. With a Config.Clock (tests), timestamps are not the server's
 // time: the TTL is relTTL (ms) at every write.
 const logWrite = `
-local ok = true
+local ok, first = true, 1
 if n == 1 and single then
-  redis.call('ZADD', K, t, tm[1] .. tm[2])
+  local name = tm[1] .. tm[2]
+  local k = 0
+  while redis.call('ZADD', K, 'NX', t, name) == 0 do
+    k = k + 1
+    name = tm[1] .. tm[2] .. '#' .. string.format('%d', k)
+  end
 else
 ` + logMany + `
-  ok = addMany(K, string.format('%d', real), t, n, dl)
+  ok, first = addMany(K, string.format('%d', real), t, n, dl)
 end
 if ok then
   if relTTL then
@@ -373,7 +386,7 @@ if n <= 0 then return {0, 0, 0, 0, real} end
 local single = false -- a lease's members must be R:i, to be named in returns
 ` + logWrite + `
 if not ok then return {-1, 0, 0, 0, real} end
-return {n, real, 1, 0, real}
+return {n, real, first, 0, real}
 `)
 
 // counterLeaseScript subtracts returned tokens from the window they were
