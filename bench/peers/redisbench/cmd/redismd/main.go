@@ -44,7 +44,7 @@ func run(in, out, cmd string) error {
 	for sc.Scan() {
 		line := sc.Text()
 		if v, ok := strings.CutPrefix(line, "cpu: "); ok {
-			cpu = v
+			cpu = strings.TrimSpace(v)
 		}
 		name, ok := strings.CutPrefix(line, "BenchmarkRedis/")
 		if !ok {
@@ -100,8 +100,8 @@ func runs(rows []*row) int { return len(rows[0].metrics["decisions/s"]) }
 // server time as ratios of the medians, allocations side by side.
 func writeRatios(b *strings.Builder, byName map[string]*row) {
 	fmt.Fprintf(b, "\n### Ours vs redis_rate\n\n")
-	fmt.Fprintf(b, "Ratios of the medians above, same runs: decisions/s ours / redis_rate (above 1: ours decides faster), server µs per decision ours / redis_rate (below 1: ours costs the server less).\n\n")
-	fmt.Fprintf(b, "| mode | counter decisions/s | log decisions/s | counter srv µs | log srv µs | allocs/op counter, log, redis_rate |\n|---|---:|---:|---:|---:|---|\n")
+	fmt.Fprintf(b, "Ratios of the medians above, same runs: decisions/s ours / redis_rate (above 1: ours decides faster), server µs per decision ours / redis_rate (below 1: ours costs the server less). The ranges are the decisions/s ratios run by run (each run measures both within seconds), which shows how far the shared machine's noise moves a single run.\n\n")
+	fmt.Fprintf(b, "| mode | counter decisions/s | log decisions/s | counter per run | log per run | counter srv µs | log srv µs | allocs/op counter, log, redis_rate |\n|---|---:|---:|---|---|---:|---:|---|\n")
 	var modes []string
 	for name := range byName {
 		if m, ok := strings.CutPrefix(name, "redis_rate/"); ok {
@@ -117,10 +117,27 @@ func writeRatios(b *strings.Builder, byName map[string]*row) {
 		ratio := func(r *row, metric string) string {
 			return num(median(r.metrics[metric])/median(rr.metrics[metric]), 2)
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s, %s, %s |\n", m,
-			ratio(c, "decisions/s"), ratio(l, "decisions/s"), ratio(c, "srv-µs/decision"), ratio(l, "srv-µs/decision"),
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s, %s, %s |\n", m,
+			ratio(c, "decisions/s"), ratio(l, "decisions/s"), perRun(c, rr), perRun(l, rr), ratio(c, "srv-µs/decision"), ratio(l, "srv-µs/decision"),
 			num(median(c.metrics["allocs/op"]), 0), num(median(l.metrics["allocs/op"]), 0), num(median(rr.metrics["allocs/op"]), 0))
 	}
+}
+
+// perRun is the range of ours/redis_rate decisions/s over the runs, pairing
+// the i-th result of each (both from the i-th run of the benchmark).
+func perRun(ours, rr *row) string {
+	a, b := ours.metrics["decisions/s"], rr.metrics["decisions/s"]
+	lo, hi := -1.0, -1.0
+	for i := range min(len(a), len(b)) {
+		r := a[i] / b[i]
+		if lo < 0 || r < lo {
+			lo = r
+		}
+		if r > hi {
+			hi = r
+		}
+	}
+	return num(lo, 2) + "–" + num(hi, 2)
 }
 
 func median(v []float64) float64 {
