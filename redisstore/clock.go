@@ -29,7 +29,6 @@ import (
 // Both fallbacks are off by the skew between the clocks (NTP keeps it to
 // milliseconds), which is the bound documented for those cases.
 type serverClock struct {
-	base   atomic.Int64 // µs: the first bound seen; entries hold bounds relative to it
 	any    atomic.Uint64
 	perTag []atomic.Uint64 // nil for a single server
 }
@@ -38,22 +37,20 @@ type serverClock struct {
 // period starts from fresh replies (µs).
 const clockPeriod = int64(time.Second / time.Microsecond)
 
-const noBase = math.MinInt64
-
-// An entry packs the period of its bound (high 32 bits) and the bound
-// relative to base as an int32 of µs (low 32 bits); 0 means none.
+// An entry packs the period of its bound (high 32 bits) and the bound as an
+// int32 of µs (low 32 bits); 0 means none.
 //
 //	63            32 31             0
 //	+---------------+----------------+
-//	| period uint32 | bound-base i32 |
+//	| period uint32 | bound µs, i32  |
 //	+---------------+----------------+
 //
 // The period is µs/clockPeriod since the epoch (> 0 until 2106), so a set
-// entry is never 0. An offset more than 35 minutes from the first one seen
-// is not recorded (the int32 would overflow), leaving the fallbacks.
+// entry is never 0. A server whose clock is more than 35 minutes off ours
+// (the int32 would overflow) is not recorded: its calls fall back as
+// before its first reply.
 func newServerClock(perTag bool) *serverClock {
 	c := &serverClock{}
-	c.base.Store(noBase)
 	if perTag {
 		c.perTag = make([]atomic.Uint64, 1<<tagBits)
 	}
@@ -64,16 +61,10 @@ func newServerClock(perTag bool) *serverClock {
 // serverUS, read by this process at wall time recvUS.
 func (c *serverClock) observe(t uint16, serverUS, recvUS int64) {
 	lo := serverUS - recvUS - 1
-	b := c.base.Load()
-	if b == noBase {
-		c.base.CompareAndSwap(noBase, lo)
-		b = c.base.Load()
-	}
-	rel := lo - b
-	if rel < math.MinInt32 || rel > math.MaxInt32 {
+	if lo < math.MinInt32 || lo > math.MaxInt32 {
 		return
 	}
-	v := uint64(recvUS/clockPeriod)<<32 | uint64(uint32(int32(rel)))
+	v := uint64(recvUS/clockPeriod)<<32 | uint64(uint32(int32(lo)))
 	raise(&c.any, v)
 	if c.perTag != nil {
 		raise(&c.perTag[t], v)
@@ -106,5 +97,5 @@ func (c *serverClock) offset(t uint16) (int64, bool) {
 	if v == 0 {
 		return 0, false
 	}
-	return c.base.Load() + int64(int32(uint32(v))), true
+	return int64(int32(uint32(v))), true
 }
