@@ -13,7 +13,7 @@ func TestServerClock(t *testing.T) {
 	if _, ok := c.offset(7); ok {
 		t.Fatal("an estimate before any reply")
 	}
-	c.observe(7, sec+500, sec+100) // server 400 µs ahead, read at once: bound 399
+	c.observe(7, sec+500, sec+100)  // server 400 µs ahead, read at once: bound 399
 	c.observe(7, sec+1000, sec+900) // a slower reply: bound 99
 	if off, ok := c.offset(7); !ok || off != 399 {
 		t.Fatalf("offset = %d, %v; want the best bound 399", off, ok)
