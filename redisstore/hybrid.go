@@ -522,10 +522,14 @@ func (h *Hybrid) args(j *job, verb string, dlWall int64) []any {
 // Jobs that share a flight are adjacent; it is closed after the last.
 func (h *Hybrid) sendChunk(jobs []*job) {
 	cmds := make([]*redis.IntSliceCmd, len(jobs))
-	var send, recv int64
+	// send is taken before roundTrip, not inside it: a call the open
+	// breaker short-circuits must still count as a send, or the key's next
+	// send would be due at once and a waiting request would resend in a
+	// loop until its deadline.
+	send := h.mono()
+	recv := send
 	var recvWall time.Time
 	err := h.s.roundTrip(context.Background(), func(ctx context.Context, dlWall int64) error {
-		send = h.mono()
 		err := h.pipeline(ctx, jobs, cmds, "evalsha", dlWall, nil)
 		var again []int
 		for i, c := range cmds {

@@ -528,3 +528,74 @@ func TestHybridReturnsAcrossIdleDrop(t *testing.T) {
 		t.Fatalf("Redis holds %d after Close, admitted %d; %+v", held, admitted, h.Stats())
 	}
 }
+
+// TestF2HybridStallNoStrayLeases (finding 2, Hybrid): lease requests that
+// sit in a stopped server's socket and time out are refused when it wakes
+// up, so no tokens end up reserved that the node never received: after
+// Close, Redis holds exactly what the node admitted, key by key.
+func TestF2HybridStallNoStrayLeases(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			client := newClient(t, srv.Addr())
+			h, err := NewHybrid(HybridConfig{Config: Config{Client: client, Algorithm: alg, Limit: 1000, Window: time.Hour,
+				OnFailure: FailClosed, Timeout: 200 * time.Millisecond}, MaxLease: 10}) // about timeouts
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted := map[string]int64{}
+			allow := func(k string) {
+				if h.Allow(k) {
+					admitted[k]++
+				}
+			}
+			allow("warm")
+			warmPool(t, client, 8)
+			srv.Pause()
+			for i := range 6 {
+				allow("cold" + strconv.Itoa(i)) // each sends a lease into the socket and times out
+			}
+			time.Sleep(300 * time.Millisecond) // the background syncs time out too
+			srv.Resume()
+			if err := h.Close(); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range append([]string{"warm"}, "cold0", "cold5") {
+				var held int64
+				if name := stateKey(h.s, k); alg == engine.SlidingLog {
+					held = logEntries(t, client, name)
+				} else {
+					_, _, held = readCounter(t, client, name)
+				}
+				if held != admitted[k] {
+					t.Fatalf("key %s: Redis holds %d after Close, the node admitted %d (a lease ran after its deadline?); %+v", k, held, admitted[k], h.Stats())
+				}
+			}
+		})
+	}
+}
+
+// TestHybridOpenBreakerNoResendLoop: with the breaker open, a request
+// without a lease gets the policy's decision after one short-circuited
+// send, not after resending in a loop until its deadline (a send the
+// breaker refused used to leave no send time, so the next was due at once).
+func TestHybridOpenBreakerNoResendLoop(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingCounter,
+		Limit: 100, Window: time.Minute, OnFailure: FailClosed, BreakerThreshold: 1, BreakerCooldown: time.Hour}})
+	srv.Kill()
+	eventually(t, "the breaker open", func() bool {
+		h.Allow("k")
+		return h.Stats().Store.BreakerOpen
+	})
+	before := h.Stats().Store.ShortCircuits
+	for i := range 20 {
+		h.Allow("new" + strconv.Itoa(i))
+	}
+	// One send per new key, plus whatever the background sync sent meanwhile
+	// (at most one per key per SyncInterval).
+	if n := h.Stats().Store.ShortCircuits - before; n > 200 {
+		t.Fatalf("%d short-circuited sends for 20 requests", n)
+	}
+}
