@@ -143,14 +143,8 @@ func testPartialScriptFlush(t *testing.T, c *redistest.Cluster, alg engine.Algor
 		t.Fatalf("no NOSCRIPT seen after SCRIPT FLUSH: %+v", st)
 	}
 	for _, k := range keys {
-		var held int64
-		if name := stateKey(h.s, k); alg == engine.SlidingLog {
-			held = logEntries(t, client, name)
-		} else {
-			_, _, held = readCounter(t, client, name)
-		}
-		if held != admitted[k] {
-			t.Fatalf("key %s: Redis holds %d after Close, the node admitted %d (a lease granted twice?); %+v", k, held, admitted[k], st)
+		if n := held(t, client, h.s, k); n != admitted[k] {
+			t.Fatalf("key %s: Redis holds %d after Close, the node admitted %d (a lease granted twice?); %+v", k, n, admitted[k], st)
 		}
 	}
 }

@@ -203,13 +203,7 @@ func testHybridCloseReturnsTokens(t *testing.T, client redis.UniversalClient, al
 	if admitted == 0 || st.Allowed != uint64(admitted) || st.Leased-st.Returned != uint64(admitted) {
 		t.Fatalf("admitted %d; stats %+v: want Leased - Returned = admitted", admitted, st)
 	}
-	var inRedis int64
-	if name := stateKey(h.s, "k"); alg == engine.SlidingLog {
-		inRedis = logEntries(t, client, name)
-	} else {
-		_, _, inRedis = readCounter(t, client, name)
-	}
-	if inRedis != int64(admitted) {
+	if inRedis := held(t, client, h.s, "k"); inRedis != int64(admitted) {
 		t.Fatalf("Redis holds %d requests after Close, admitted %d", inRedis, admitted)
 	}
 }
@@ -561,14 +555,8 @@ func TestF2HybridStallNoStrayLeases(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, k := range append([]string{"warm"}, "cold0", "cold5") {
-				var held int64
-				if name := stateKey(h.s, k); alg == engine.SlidingLog {
-					held = logEntries(t, client, name)
-				} else {
-					_, _, held = readCounter(t, client, name)
-				}
-				if held != admitted[k] {
-					t.Fatalf("key %s: Redis holds %d after Close, the node admitted %d (a lease ran after its deadline?); %+v", k, held, admitted[k], h.Stats())
+				if n := held(t, client, h.s, k); n != admitted[k] {
+					t.Fatalf("key %s: Redis holds %d after Close, the node admitted %d (a lease ran after its deadline?); %+v", k, n, admitted[k], h.Stats())
 				}
 			}
 		})

@@ -58,6 +58,18 @@ func logEntries(t testing.TB, c redis.UniversalClient, name string) int64 {
 	return n
 }
 
+// held is how many requests Redis holds for key in s's state: entries of a
+// SlidingLog key, the current count of a SlidingCounter key.
+func held(t testing.TB, c redis.UniversalClient, s *Store, key string) int64 {
+	t.Helper()
+	name := stateKey(s, key)
+	if s.cfg.Algorithm == engine.SlidingLog {
+		return logEntries(t, c, name)
+	}
+	_, _, cur := readCounter(t, c, name)
+	return cur
+}
+
 // readCounter reads a SlidingCounter key's state (16 bytes: big-endian
 // float64 window number, uint32 previous and current counts); zeros when
 // the key is absent.
