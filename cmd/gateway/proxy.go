@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,23 +33,30 @@ func newTransport(pc proxyConfig) *http.Transport {
 }
 
 // proxy is the upstream side of one generation: the reverse proxy, with
-// the request body limit in front of it.
+// the request body's limit, timeout and buffering in front of it and the
+// response body's read timeout behind it.
 type proxy struct {
-	rp      *httputil.ReverseProxy
-	tr      *http.Transport
-	maxBody int64
+	rp  *httputil.ReverseProxy
+	tr  *http.Transport
+	pc  proxyConfig
+	log *slog.Logger
+	m   *metrics
 }
 
 func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 	tr := newTransport(c.proxy)
 	trusted := c.trusted
-	p := &proxy{tr: tr, maxBody: c.proxy.maxBody}
+	p := &proxy{tr: tr, pc: c.proxy, log: log, m: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			forwardHeaders(pr.Out, pr.In, trusted)
+			if !p.pc.underscores {
+				dropUnderscoreHeaders(pr.Out.Header)
+			}
 		},
-		Transport: tr,
+		Transport:      tr,
+		ModifyResponse: p.watchResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, kind := classifyUpstreamError(r, err)
 			m.upstreamError(kind)
@@ -59,6 +68,9 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 				return
 			}
 			log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "status", status, "kind", kind, "err", err.Error())
+			if status == http.StatusRequestEntityTooLarge || status == http.StatusRequestTimeout {
+				w.Header().Set("Connection", "close") // the rest of the body is not read
+			}
 			http.Error(w, fmt.Sprintf("%d %s", status, strings.ToLower(http.StatusText(status))), status)
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -66,63 +78,288 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 	return p
 }
 
-type bodyLimitKey struct{}
+// reqState is what the proxy's hooks learn about one request: its body
+// (for the error handler) and how to abort its upstream call.
+type reqState struct {
+	body   *clientBody // nil without a body
+	cancel context.CancelCauseFunc
+}
 
-// ServeHTTP refuses a body over the limit with 413: at once when
-// Content-Length says so, otherwise when reading it passes the limit (the
-// upstream then sees its request cut short and the client gets 413).
+type reqStateKey struct{}
+
+// errUpstreamReadTimeout ends an upstream call whose response body stalled
+// for read_timeout_ms.
+var errUpstreamReadTimeout = errors.New("upstream response body: no data within read_timeout_ms")
+
+// ServeHTTP guards the request body, then proxies.
+//
+// The body is read under a limit (max_body_bytes: 413 at once when
+// Content-Length says so, otherwise when reading passes it) and a timeout
+// between two reads (client_body_timeout_ms: 408). With request_buffering
+// (the default) it is read whole before the upstream is contacted, into
+// memory up to body_memory_bytes and a temporary file beyond, so that a
+// client trickling its body ties up a gateway goroutine but no upstream
+// connection, and the upstream never sees a body cut short.
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.maxBody >= 0 && r.Body != nil && r.Body != http.NoBody {
-		if r.ContentLength > p.maxBody {
-			// Do not read the body: the server closes the connection
-			// after the response instead of draining megabytes.
-			w.Header().Set("Connection", "close")
-			http.Error(w, fmt.Sprintf("413 request body larger than %d bytes", p.maxBody), http.StatusRequestEntityTooLarge)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	st := &reqState{cancel: cancel}
+	r = r.WithContext(context.WithValue(ctx, reqStateKey{}, st))
+	if r.Body != nil && r.Body != http.NoBody {
+		if p.pc.maxBody >= 0 && r.ContentLength > p.pc.maxBody {
+			p.refuseBody(w, r, errBodyTooLarge)
 			return
 		}
-		lb := &limitedBody{rc: r.Body, left: p.maxBody}
-		r = r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, lb))
-		r.Body = lb
+		st.body = &clientBody{rc: r.Body, limit: p.pc.maxBody, left: p.pc.maxBody,
+			ctl: http.NewResponseController(w), timeout: p.pc.clientBodyTimeout}
+		r.Body = st.body
+		if p.pc.buffering {
+			sp, err := bufferBody(st.body, p.pc.bodyMemory)
+			if err != nil {
+				p.refuseBody(w, r, err)
+				return
+			}
+			defer sp.Close()
+			r.Body, r.ContentLength, r.TransferEncoding, r.GetBody = sp, sp.size, nil, nil
+			// The body is here: the upstream need not ask for it.
+			r.Header.Del("Expect")
+		}
 	}
 	p.rp.ServeHTTP(w, r)
 }
 
-// limitedBody reads at most left bytes; one more is an error, and over
-// records it so the error handler answers 413 rather than 502.
-type limitedBody struct {
-	rc   io.ReadCloser
-	left int64
-	over atomic.Bool // read by the error handler, which may run on another goroutine than the transport's body writer
+// refuseBody answers a request whose body the gateway would not take.
+func (p *proxy) refuseBody(w http.ResponseWriter, r *http.Request, err error) {
+	status, kind := http.StatusBadRequest, "client_gone"
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		status, kind = http.StatusRequestEntityTooLarge, "body_too_large"
+	case errors.Is(err, errBodyTimeout):
+		status, kind = http.StatusRequestTimeout, "client_body_timeout"
+	case errors.Is(err, errSpool):
+		status, kind = http.StatusInternalServerError, "body_buffer"
+		p.log.Error("buffering a request body", "method", r.Method, "path", r.URL.Path, "err", err.Error())
+	}
+	p.m.upstreamError(kind)
+	// The rest of the body is not read: the server closes the connection
+	// after the answer instead of draining it.
+	w.Header().Set("Connection", "close")
+	if status == http.StatusRequestEntityTooLarge {
+		http.Error(w, fmt.Sprintf("413 request body larger than %d bytes", p.pc.maxBody), status)
+		return
+	}
+	http.Error(w, fmt.Sprintf("%d %s", status, strings.ToLower(http.StatusText(status))), status)
 }
 
-var errBodyTooLarge = errors.New("request body too large")
+// watchResponse is ModifyResponse: it arms read_timeout_ms on the
+// response body (nginx's proxy_read_timeout: the longest wait for the next
+// read; ResponseHeaderTimeout covers the wait for the header). A protocol
+// upgrade is left alone: its body is the connection itself, and a
+// websocket may be quiet for as long as it likes.
+func (p *proxy) watchResponse(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols || res.Body == nil || res.Body == http.NoBody {
+		return nil
+	}
+	st, _ := res.Request.Context().Value(reqStateKey{}).(*reqState)
+	if st == nil {
+		return nil
+	}
+	method, path := res.Request.Method, res.Request.URL.Path
+	res.Body = newReadTimeoutBody(res.Body, p.pc.readTimeout, func() {
+		p.m.upstreamError("read_timeout")
+		p.log.Warn("upstream response body stalled; cutting it", "method", method, "path", path, "read_timeout", p.pc.readTimeout.String())
+		st.cancel(errUpstreamReadTimeout)
+	})
+	return nil
+}
 
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		return 0, errBodyTooLarge
-	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
-	}
+// readTimeoutBody calls fire when one Read waits longer than d. The timer
+// runs only inside Read: a client slow to take the data delays the next
+// Read without counting against the upstream.
+type readTimeoutBody struct {
+	rc    io.ReadCloser
+	d     time.Duration
+	timer *time.Timer
+}
+
+func newReadTimeoutBody(rc io.ReadCloser, d time.Duration, fire func()) *readTimeoutBody {
+	t := time.AfterFunc(time.Hour, fire)
+	t.Stop()
+	return &readTimeoutBody{rc: rc, d: d, timer: t}
+}
+
+func (b *readTimeoutBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.d)
 	n, err := b.rc.Read(p)
-	if int64(n) > b.left {
-		n = int(b.left)
-		b.left = -1
-		b.over.Store(true)
-		return n, errBodyTooLarge
-	}
-	b.left -= int64(n)
+	b.timer.Stop()
 	return n, err
 }
 
-func (b *limitedBody) Close() error { return b.rc.Close() }
+func (b *readTimeoutBody) Close() error {
+	b.timer.Stop()
+	return b.rc.Close()
+}
+
+var (
+	errBodyTooLarge = errors.New("request body too large")
+	errBodyTimeout  = errors.New("request body: no data within client_body_timeout_ms")
+	errSpool        = errors.New("buffering the request body")
+)
+
+// clientBody reads the client's request body under the size limit (limit
+// < 0: none) and the timeout between two reads, and records which one
+// ended it for the error handler, which may run on another goroutine than
+// the transport's body writer.
+type clientBody struct {
+	rc       io.ReadCloser
+	limit    int64
+	left     int64
+	ctl      *http.ResponseController
+	timeout  time.Duration
+	over     atomic.Bool
+	timedOut atomic.Bool
+	armed    bool // a read deadline is set on the connection
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	if b.limit >= 0 {
+		if b.left < 0 {
+			return 0, errBodyTooLarge
+		}
+		if int64(len(p)) > b.left+1 {
+			p = p[:b.left+1]
+		}
+	}
+	// The deadline is per read (nginx's client_body_timeout), so a slow
+	// but steady upload passes and a stalled one does not hold on.
+	if b.timeout > 0 && b.ctl.SetReadDeadline(time.Now().Add(b.timeout)) == nil {
+		b.armed = true
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			b.timedOut.Store(true)
+			err = fmt.Errorf("%w: %w", errBodyTimeout, err)
+		}
+		b.disarm()
+	}
+	if b.limit >= 0 {
+		if int64(n) > b.left {
+			n = int(b.left)
+			b.left = -1
+			b.over.Store(true)
+			b.disarm()
+			return n, errBodyTooLarge
+		}
+		b.left -= int64(n)
+	}
+	return n, err
+}
+
+// disarm clears the read deadline: the server reads on from the connection
+// after the body (to notice a client that hangs up, and the next request),
+// and a deadline left behind would cut that.
+func (b *clientBody) disarm() {
+	if b.armed {
+		b.armed = false
+		_ = b.ctl.SetReadDeadline(time.Time{})
+	}
+}
+
+func (b *clientBody) Close() error {
+	b.disarm()
+	return b.rc.Close()
+}
+
+// spool is a buffered request body: the first bytes in memory, the rest in
+// a temporary file.
+type spool struct {
+	mem      bytes.Reader
+	file     *os.File
+	unlinked bool // the file's name is already removed
+	size     int64
+}
+
+// bufferBody reads src to its end, keeping up to mem bytes in memory and
+// the rest in a temporary file. An error from src is returned as is (the
+// client's: too large, too slow, gone); one of the file wraps errSpool.
+func bufferBody(src io.Reader, mem int64) (*spool, error) {
+	var buf bytes.Buffer
+	n, err := io.CopyN(&buf, src, mem+1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	sp := &spool{size: n}
+	if n <= mem {
+		sp.mem.Reset(buf.Bytes())
+		return sp, nil
+	}
+	f, err := os.CreateTemp("", "gateway-body-*")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSpool, err)
+	}
+	sp.file = f
+	// Unlinked at once where the system allows it, so a crash leaves no
+	// file behind; Close removes it otherwise.
+	sp.unlinked = os.Remove(f.Name()) == nil
+	more, err := io.Copy(spoolWriter{f}, io.MultiReader(&buf, src))
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+		if err != nil {
+			err = fmt.Errorf("%w: %w", errSpool, err)
+		}
+	}
+	if err != nil {
+		_ = sp.Close()
+		return nil, err
+	}
+	sp.size = more
+	return sp, nil
+}
+
+// spoolWriter marks the file's write errors, to tell them from the
+// client's read errors in io.Copy.
+type spoolWriter struct{ f *os.File }
+
+func (w spoolWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", errSpool, err)
+	}
+	return n, err
+}
+
+func (s *spool) Read(p []byte) (int, error) {
+	if s.file != nil {
+		return s.file.Read(p)
+	}
+	return s.mem.Read(p)
+}
+
+func (s *spool) Close() error {
+	if s.file == nil {
+		return nil
+	}
+	err := s.file.Close()
+	if !s.unlinked {
+		_ = os.Remove(s.file.Name())
+	}
+	return err
+}
 
 // classifyUpstreamError maps a proxy failure to the status nginx would
-// send: 413 for a body over the limit, 504 for an upstream that did not
-// connect or answer in time, 502 for any other upstream failure.
+// send: 413 for a body over the limit, 408 for a body that stalled, 504
+// for an upstream that did not connect or answer in time, 502 for any
+// other upstream failure.
 func classifyUpstreamError(r *http.Request, err error) (int, string) {
-	if lb, ok := r.Context().Value(bodyLimitKey{}).(*limitedBody); ok && lb.over.Load() {
-		return http.StatusRequestEntityTooLarge, "body_too_large"
+	if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok && st.body != nil {
+		if st.body.over.Load() {
+			return http.StatusRequestEntityTooLarge, "body_too_large"
+		}
+		if st.body.timedOut.Load() {
+			return http.StatusRequestTimeout, "client_body_timeout"
+		}
 	}
 	if r.Context().Err() != nil {
 		return 499, "client_gone"
@@ -132,6 +369,19 @@ func classifyUpstreamError(r *http.Request, err error) (int, string) {
 		return http.StatusGatewayTimeout, "timeout"
 	}
 	return http.StatusBadGateway, "bad_gateway"
+}
+
+// dropUnderscoreHeaders deletes request headers whose names contain "_"
+// (nginx's underscores_in_headers off). CGI, WSGI and Rack fold "-" and
+// "_" into one HTTP_X_REAL_IP variable, so an untrusted client's
+// X_Real_IP would stand in for the X-Real-IP this gateway controls, and
+// X_Forwarded_For would be appended to its X-Forwarded-For.
+func dropUnderscoreHeaders(h http.Header) {
+	for k := range h {
+		if strings.IndexByte(k, '_') >= 0 {
+			delete(h, k)
+		}
+	}
 }
 
 // forwardHeaders sets out's forwarding headers. A peer inside trusted is a
@@ -189,12 +439,15 @@ func forwardHeaders(out, in *http.Request, trusted []netip.Prefix) {
 	h.Set("Forwarded", elem)
 }
 
+// peerAddr is the socket peer's address, unmapped and without a zone: an
+// IPv6 zone ("%eth0") names an interface of this host, means nothing to
+// the upstream, and is no valid RFC 7239 node.
 func peerAddr(remote string) netip.Addr {
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return netip.Addr{}
 	}
-	return ap.Addr().Unmap()
+	return ap.Addr().Unmap().WithZone("")
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {

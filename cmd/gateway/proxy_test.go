@@ -29,7 +29,7 @@ func newTestGateway(t *testing.T, yamlCfg string, upstream string) (*gateway, *h
 		t.Fatal(err)
 	}
 	g := newGateway(u, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) })
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
 	if err := g.load(c); err != nil {
 		t.Fatal(err)
 	}
