@@ -55,8 +55,8 @@ type rateLimiting struct {
 	KeyBudget *keyBudgetFile `yaml:"key_budget"`
 	// Stack applies every matching rule (stacked limits) instead of the
 	// first; tiers and the default still apply only where they match.
-	Stack           bool         `yaml:"stack"`
-	Exempt          exemptFile   `yaml:"exempt"`
+	Stack  bool       `yaml:"stack"`
+	Exempt exemptFile `yaml:"exempt"`
 	// Preflight is the quota CORS preflights get per client IP, apart from
 	// every rule's (they never spend a rule's quota); absent: the default
 	// policy's limit and window.
@@ -64,7 +64,7 @@ type rateLimiting struct {
 	// DenyCORSOrigins are the origins (or "*") a 429 of the gateway's own
 	// is readable from in a browser: it then carries
 	// Access-Control-Allow-Origin. Empty: none (see the README).
-	DenyCORSOrigins []string `yaml:"deny_cors_origins"`
+	DenyCORSOrigins []string     `yaml:"deny_cors_origins"`
 	DenyBody        string       `yaml:"deny_body"`        // problem (application/problem+json, the default) or text
 	UpstreamHeaders string       `yaml:"upstream_headers"` // ours (the default) or theirs
 	Redis           *redisFile   `yaml:"redis"`
