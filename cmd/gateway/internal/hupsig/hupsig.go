@@ -8,11 +8,14 @@
 // starting must not kill it. Packages are initialized in dependency order,
 // and among the packages ready at each step by import path; this package
 // imports only os/signal and syscall, so it is initialized right after
-// them, while the gateway's dependencies that sort after
-// github.com/slidelimit are not (see cmd/gateway's TestW7 for the measured
-// window). What remains before it: exec, the runtime's start-up and the
-// standard packages os/signal needs. A SIGHUP in that window still ends
-// the process, as it ends any Go program.
+// them and before the gateway's heavy dependencies (cmd/gateway's
+// TestW7SIGHUPCaughtBeforeHeavyInits checks the order in the runtime's init
+// trace). What remains before it: exec, the runtime's start-up and the
+// standard packages os/signal needs; a SIGHUP in that window still ends
+// the process, as it ends any Go program. Measured on a loaded 2-core
+// machine (load average 7, 20 starts): this initializer ran 8 to 49 ms
+// after the runtime started, median 17 ms; main's ran 15 to 100 ms,
+// median 37 ms.
 package hupsig
 
 import (
