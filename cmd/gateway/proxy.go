@@ -111,8 +111,17 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		st.body = &clientBody{rc: r.Body, limit: p.pc.maxBody, left: p.pc.maxBody,
-			ctl: http.NewResponseController(w), timeout: p.pc.clientBodyTimeout}
+			ctl: http.NewResponseController(w), timeout: p.pc.clientBodyTimeout,
+			// A body that fails mid-stream ends the upstream call: the
+			// transport's response-header timeout starts only once the
+			// body is written, and an upstream waiting for the rest of
+			// the body would hold the call (and its connection) open.
+			fail: cancel}
 		r.Body = st.body
+		defer func() {
+			st.body.disarm()
+			st.body.handlerDone.Store(true)
+		}()
 		if p.pc.buffering {
 			sp, err := bufferBody(st.body, p.pc.bodyMemory)
 			if err != nil {
@@ -218,7 +227,15 @@ type clientBody struct {
 	timeout  time.Duration
 	over     atomic.Bool
 	timedOut atomic.Bool
-	armed    bool // a read deadline is set on the connection
+	fail     context.CancelCauseFunc // called with the error that ended the body early
+
+	// The transport reads the body on its own goroutine, which can outlive
+	// the handler (an upstream that answers before reading it all): the
+	// connection's deadline is touched only while the handler runs
+	// (handlerDone), since afterwards the connection may serve the next
+	// request.
+	armed       atomic.Bool // a read deadline is set on the connection
+	handlerDone atomic.Bool
 }
 
 func (b *clientBody) Read(p []byte) (int, error) {
@@ -232,8 +249,8 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	}
 	// The deadline is per read (nginx's client_body_timeout), so a slow
 	// but steady upload passes and a stalled one does not hold on.
-	if b.timeout > 0 && b.ctl.SetReadDeadline(time.Now().Add(b.timeout)) == nil {
-		b.armed = true
+	if b.timeout > 0 && !b.handlerDone.Load() && b.ctl.SetReadDeadline(time.Now().Add(b.timeout)) == nil {
+		b.armed.Store(true)
 	}
 	n, err := b.rc.Read(p)
 	if err != nil {
@@ -242,14 +259,18 @@ func (b *clientBody) Read(p []byte) (int, error) {
 			b.timedOut.Store(true)
 			err = fmt.Errorf("%w: %w", errBodyTimeout, err)
 		}
-		b.disarm()
+		if errors.Is(err, io.EOF) {
+			b.disarm()
+		} else {
+			b.abandon(err)
+		}
 	}
 	if b.limit >= 0 {
 		if int64(n) > b.left {
 			n = int(b.left)
 			b.left = -1
 			b.over.Store(true)
-			b.disarm()
+			b.abandon(errBodyTooLarge)
 			return n, errBodyTooLarge
 		}
 		b.left -= int64(n)
@@ -257,14 +278,27 @@ func (b *clientBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// disarm clears the read deadline: the server reads on from the connection
-// after the body (to notice a client that hangs up, and the next request),
-// and a deadline left behind would cut that.
+// disarm clears the read deadline once the body is complete: the server
+// reads on from the connection (to notice a client that hangs up, and the
+// next request), and a deadline left behind would cut that.
 func (b *clientBody) disarm() {
-	if b.armed {
-		b.armed = false
+	if b.armed.Swap(false) && !b.handlerDone.Load() {
 		_ = b.ctl.SetReadDeadline(time.Time{})
 	}
+}
+
+// abandon gives up on a body that failed (too large, stalled, broken): the
+// upstream call ends (fail), and the connection's read deadline is set in
+// the past, so that the server, which may try to drain what is left of
+// the body before answering (Go 1.24 does, up to 256 KiB), fails at once
+// instead of waiting for a stalled client; the answer carries
+// Connection: close, so the connection is not reused.
+func (b *clientBody) abandon(err error) {
+	b.armed.Store(false)
+	if !b.handlerDone.Load() {
+		_ = b.ctl.SetReadDeadline(time.Unix(1, 0))
+	}
+	b.fail(err)
 }
 
 func (b *clientBody) Close() error {
