@@ -322,29 +322,11 @@ func New(opts Options) (*Middleware, error) {
 		m.rules = append(m.rules, ru)
 	}
 	m.nRules = len(m.rules)
-	if d := opts.Default; d != nil {
-		if d.Method != "" || d.PathPrefix != "" || d.Tier != "" {
-			return fail(invalidf("Default (%s) must not set Method, PathPrefix or Tier", d.Name))
-		}
-		ru, err := m.compile(d, "Default", defKey, names)
-		if err != nil {
-			return fail(err)
-		}
-		ru.idx = m.nRules
-		m.nRules++
-		m.def = &ru
+	if m.def, err = m.compileCatchAll(opts.Default, "Default", defKey, names); err != nil {
+		return fail(err)
 	}
-	if p := opts.Preflight; p != nil {
-		if p.Method != "" || p.PathPrefix != "" || p.Tier != "" {
-			return fail(invalidf("Preflight (%s) must not set Method, PathPrefix or Tier", p.Name))
-		}
-		ru, err := m.compile(p, "Preflight", defKey, names)
-		if err != nil {
-			return fail(err)
-		}
-		ru.idx = m.nRules
-		m.nRules++
-		m.preflight = &ru
+	if m.preflight, err = m.compileCatchAll(opts.Preflight, "Preflight", defKey, names); err != nil {
+		return fail(err)
 	}
 	n := 1
 	for n < min(runtime.GOMAXPROCS(0), 64) {
@@ -371,6 +353,25 @@ func validName(s string) bool {
 		}
 	}
 	return true
+}
+
+// compileCatchAll compiles a rule that takes every request it is asked
+// about (Default, Preflight), so it must not match on anything; nil gives
+// nil.
+func (m *Middleware) compileCatchAll(r *Rule, where string, defKey KeyFunc, names map[string]bool) (*rule, error) {
+	if r == nil {
+		return nil, nil
+	}
+	if r.Method != "" || r.PathPrefix != "" || r.Tier != "" {
+		return nil, invalidf("%s (%s) must not set Method, PathPrefix or Tier", where, r.Name)
+	}
+	ru, err := m.compile(r, where, defKey, names)
+	if err != nil {
+		return nil, err
+	}
+	ru.idx = m.nRules
+	m.nRules++
+	return &ru, nil
 }
 
 func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[string]bool) (rule, error) {

@@ -596,23 +596,9 @@ func (s *syncBuffer) String() string {
 // newLoggingGateway is newTestGateway with its JSON log kept.
 func newLoggingGateway(t *testing.T, yamlCfg, upstream string) (*gateway, *httptest.Server, *syncBuffer) {
 	t.Helper()
-	c, err := parseConfig([]byte(yamlCfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	u, _ := parseUpstream(upstream)
-	g := newGateway(u, slog.New(slog.NewJSONHandler(&logs, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
-	if err := g.load(c); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g)
-	t.Cleanup(func() {
-		srv.Close()
-		g.close()
-	})
-	return g, srv, &logs
+	logs := &syncBuffer{}
+	g, srv := newTestGatewayLog(t, yamlCfg, upstream, slog.New(slog.NewJSONHandler(logs, nil)))
+	return g, srv, logs
 }
 
 func scrape(t *testing.T, g *gateway) string {
