@@ -506,7 +506,7 @@ type matcher struct {
 }
 
 func (mt *matcher) matches(ru *rule) bool {
-	if ru.method != "" && !methodMatches(ru.method, mt.r.Method) {
+	if ru.method != "" && !methodMatches(ru.method, mt.r) {
 		return false
 	}
 	if ru.prefix != "" {

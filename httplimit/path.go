@@ -1,8 +1,11 @@
 package httplimit
 
 import (
+	"net/http"
 	"path"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Request paths and methods are matched the way the most lenient common
@@ -13,7 +16,9 @@ import (
 // spellings folded together:
 //
 //   - letter case: Express, ASP.NET and IIS route case-insensitively by
-//     default ("/LOGIN" is "/login");
+//     default ("/LOGIN" is "/login"), and ASP.NET compares by invariant
+//     upper case, under which "/logın" (dotless i) and "/ſession" (long s)
+//     are "/login" and "/session": letters are folded as lower(upper(r));
 //   - path parameters: servlet containers (Tomcat, Jetty, Spring) drop
 //     ";jsessionid=1" and treat "..;" as ".." ("/login;x=1" is "/login");
 //   - backslashes: IIS and some frameworks read "\" as "/";
@@ -25,8 +30,9 @@ import (
 // server reads the same is ever exempt.
 
 // routePath returns p in the canonical form rule prefixes are compared in:
-// lower case, backslashes as slashes, ";params" dropped from each segment,
-// cleaned. It allocates only when p is not already canonical.
+// letters folded (see above), backslashes as slashes, ";params" dropped
+// from each segment, cleaned. It allocates only when p is not already
+// canonical (an ASCII path in lower case, clean, without ";" or "\\").
 func routePath(p string) string {
 	if p == "" {
 		return "/"
@@ -36,7 +42,7 @@ func routePath(p string) string {
 	}
 	b := make([]byte, 0, len(p))
 	inParams := false
-	for i := 0; i < len(p); i++ {
+	for i := 0; i < len(p); {
 		c := p[i]
 		switch {
 		case c == '/' || c == '\\':
@@ -47,9 +53,19 @@ func routePath(p string) string {
 			inParams = true
 		case 'A' <= c && c <= 'Z':
 			b = append(b, c+('a'-'A'))
+		case c >= utf8.RuneSelf:
+			r, size := utf8.DecodeRuneInString(p[i:])
+			if r == utf8.RuneError && size == 1 {
+				b = append(b, c) // not UTF-8: kept as is
+			} else {
+				b = utf8.AppendRune(b, unicode.ToLower(unicode.ToUpper(r)))
+			}
+			i += size
+			continue
 		default:
 			b = append(b, c)
 		}
+		i++
 	}
 	s := string(b)
 	if s == "" || s[0] != '/' {
@@ -59,8 +75,10 @@ func routePath(p string) string {
 }
 
 // isRoutePath reports whether routePath(p) == p without building it: p
-// starts with "/", has no upper-case letter, backslash, semicolon, empty
-// segment, dot segment or trailing slash (except "/" itself).
+// starts with "/", has no upper-case letter, non-ASCII byte, backslash,
+// semicolon, empty segment, dot segment or trailing slash (except "/"
+// itself). It may say false for a canonical non-ASCII path; routePath
+// then rebuilds it, equal.
 func isRoutePath(p string) bool {
 	if p == "/" {
 		return true
@@ -72,7 +90,7 @@ func isRoutePath(p string) bool {
 	for i := 1; i <= len(p); i++ {
 		if i < len(p) {
 			c := p[i]
-			if c == '\\' || c == ';' || 'A' <= c && c <= 'Z' {
+			if c == '\\' || c == ';' || 'A' <= c && c <= 'Z' || c >= utf8.RuneSelf {
 				return false
 			}
 			if c != '/' {
@@ -161,17 +179,38 @@ func plainPath(p, rawPath string) bool {
 	return true
 }
 
-// methodMatches reports whether a request with method got falls under a
-// rule for want (upper case). Methods are compared ignoring case, since
-// Werkzeug (Flask), Rails and others upper-case the method before routing
-// and net/http accepts "post"; and a GET rule also takes HEAD, which most
-// frameworks route to the GET handler.
-func methodMatches(want, got string) bool {
-	if want == got || strings.EqualFold(want, got) {
+// methodMatches reports whether request r falls under a rule for method
+// want (upper case). Methods are compared ignoring case, since Werkzeug
+// (Flask), Rails and others upper-case the method before routing and
+// net/http accepts "post"; a GET rule also takes HEAD, which most
+// frameworks route to the GET handler; and a POST that asks to be taken
+// for another method by a method-override header (ASP.NET Core's
+// HttpMethodOverride, Symfony, Express's method-override honour
+// X-HTTP-Method-Override and its variants on POST) falls under that
+// method's rule too. An override in the body (Rails' and Laravel's
+// _method form field) is not seen: a rule for PUT, PATCH or DELETE in
+// front of such an upstream should not rely on the method alone.
+func methodMatches(want string, r *http.Request) bool {
+	got := r.Method
+	if want == got || strings.EqualFold(want, got) || want == "GET" && strings.EqualFold(got, "HEAD") {
 		return true
 	}
-	return want == "GET" && strings.EqualFold(got, "HEAD")
+	if !strings.EqualFold(got, "POST") {
+		return false
+	}
+	for _, h := range methodOverrideHeaders {
+		for _, v := range r.Header[h] {
+			if strings.EqualFold(strings.TrimSpace(v), want) {
+				return true
+			}
+		}
+	}
+	return false
 }
+
+// methodOverrideHeaders are the method-override headers frameworks honour
+// on POST, canonical.
+var methodOverrideHeaders = [...]string{"X-Http-Method-Override", "X-Http-Method", "X-Method-Override"}
 
 // upperMethod returns m upper-cased, allocating only if it has a lower-case
 // letter.

@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -54,6 +55,10 @@ func TestB1LowercaseMethodIsLimited(t *testing.T) {
 	if rec := serveRec(h, "PUT", "/login", "", nil); rec.Header().Get("RateLimit-Policy") != "" {
 		t.Error("PUT matched a POST rule")
 	}
+	// A POST that an upstream takes for GET (method-override header) is a GET.
+	if rec := serveRec(h, "POST", "/r", "", map[string]string{"X-HTTP-Method-Override": "get"}); rec.Code != 429 {
+		t.Errorf("POST overridden to GET: %d, want 429 under the GET rule", rec.Code)
+	}
 	if _, err := New(Options{Rules: []Rule{{Name: "x", Method: "PO ST", Engine: logConfig(1, time.Minute, clk)}}}); err == nil {
 		t.Error(`Method "PO ST" accepted`)
 	}
@@ -80,6 +85,7 @@ func TestB2PathSpellingsAreLimited(t *testing.T) {
 		"/login", "/LOGIN", "/Login/", "/login;jsessionid=1", "/login.json", "/login/x.json",
 		"/x/..;/login", "/x/%2e%2e;/login", `/x/..%5clogin`, "//login", "/./login", "/login;a=b/step2",
 		"/api/v1/users", "/API/V1", "/api/v1.json",
+		"/log%C4%B1n", "/LOG%C4%B0N", // dotless and dotted I: ASP.NET's invariant upper case makes them /login
 	} {
 		if policyOf(h, "POST", target) == "" {
 			t.Errorf("POST %s escaped every rule", target)
@@ -135,25 +141,37 @@ func TestRoutePathTable(t *testing.T) {
 	}
 }
 
-// FuzzRoutePath: routePath never panics, returns a canonical path (one
-// isRoutePath accepts and routePath keeps), and a plain path keeps its
+// FuzzRoutePath: routePath never panics, is idempotent, returns a clean
+// path (an ASCII one that isRoutePath accepts), and a plain path keeps its
 // segments (only the case folds).
 func FuzzRoutePath(f *testing.F) {
-	for _, s := range []string{"/", "/login", "/a/..;/b", `\x\..\y`, "/A;b/C.json", "//", "/.", "/..;", ";", "/%2e"} {
+	for _, s := range []string{"/", "/login", "/a/..;/b", `\x\..\y`, "/A;b/C.json", "//", "/.", "/..;", ";", "/%2e", "/logın", "/ſ\xff", "/ǅ/ẞ/İ"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
 		c := routePath(p)
-		if !isRoutePath(c) || routePath(c) != c {
+		if routePath(c) != c || path.Clean(c) != c {
 			t.Fatalf("routePath(%q) = %q, not canonical", p, c)
+		}
+		if ascii(c) && !isRoutePath(c) {
+			t.Fatalf("routePath(%q) = %q, which isRoutePath rejects", p, c)
 		}
 		if plainPath(p, "") && strings.Trim(p, "/") != "" && strings.TrimSuffix(strings.ToLower(p), "/") != c {
 			t.Fatalf("plain %q became %q", p, c)
 		}
-		if q, ok := withoutFormat(c); ok && !isRoutePath(q) {
+		if q, ok := withoutFormat(c); ok && (path.Clean(q) != q || ascii(q) && !isRoutePath(q)) {
 			t.Fatalf("withoutFormat(%q) = %q, not canonical", c, q)
 		}
 	})
+}
+
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // TestW3EffectiveWindowHoldsNoMoreThanR: draft-11 section 4.1.2 defines t

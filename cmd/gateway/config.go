@@ -152,7 +152,8 @@ type proxyFile struct {
 	// that trickles its body holds no upstream connection.
 	RequestBuffering *bool `yaml:"request_buffering"`
 	// BodyMemoryBytes is how much of a buffered body is kept in memory
-	// (client_body_buffer_size); the rest goes to a temporary file. 64 KiB.
+	// (client_body_buffer_size); the rest goes to a temporary file. 16 KiB:
+	// slow uploads cost memory per connection, the disk is cheaper.
 	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
 	// UnderscoresInHeaders passes request headers whose names contain "_"
 	// (nginx's underscores_in_headers, default false: dropped, since
@@ -272,7 +273,7 @@ const (
 	defaultIdleConnTimeout       = 90 * time.Second
 	defaultMaxBody               = 1 << 20
 	defaultClientBodyTimeout     = 60 * time.Second
-	defaultBodyMemory            = 64 << 10
+	defaultBodyMemory            = 16 << 10 // nginx's client_body_buffer_size on 64-bit
 	defaultReadHeaderTimeout     = 60 * time.Second
 	defaultIdleTimeout           = 75 * time.Second
 )

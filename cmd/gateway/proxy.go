@@ -123,7 +123,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.body.handlerDone.Store(true)
 		}()
 		if p.pc.buffering {
-			sp, err := bufferBody(st.body, p.pc.bodyMemory)
+			sp, err := bufferBody(st.body, r.ContentLength, p.pc.bodyMemory)
 			if err != nil {
 				p.refuseBody(w, r, err)
 				return
@@ -315,29 +315,44 @@ type spool struct {
 	size     int64
 }
 
-// bufferBody reads src to its end, keeping up to mem bytes in memory and
-// the rest in a temporary file. An error from src is returned as is (the
-// client's: too large, too slow, gone); one of the file wraps errSpool.
-func bufferBody(src io.Reader, mem int64) (*spool, error) {
-	var buf bytes.Buffer
-	n, err := io.CopyN(&buf, src, mem+1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, err
+// bufferBody reads src (of size bytes, -1 if unknown) to its end, keeping
+// up to mem bytes in memory and the rest in a temporary file. The memory
+// is what the body needs, at most mem+1 bytes: never doubled by growth,
+// since slow clients each hold theirs for as long as they take. An error
+// from src is returned as is (the client's: too large, too slow, gone);
+// one of the file wraps errSpool.
+func bufferBody(src io.Reader, size, mem int64) (*spool, error) {
+	capacity := mem + 1
+	if size >= 0 && size < mem {
+		capacity = size + 1 // +1: reading one more than announced finds the end
 	}
-	sp := &spool{size: n}
-	if n <= mem {
-		sp.mem.Reset(buf.Bytes())
-		return sp, nil
+	buf := make([]byte, capacity)
+	// Not io.ReadFull: it turns an early io.EOF into io.ErrUnexpectedEOF,
+	// which is also what the server's body returns for a client that hung
+	// up short of its Content-Length; only io.EOF means a complete body.
+	n := 0
+	for n < len(buf) {
+		m, err := src.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			sp := &spool{size: int64(n)}
+			sp.mem.Reset(buf[:n])
+			return sp, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
+	// More than fits in memory: the rest goes to a file.
 	f, err := os.CreateTemp("", "gateway-body-*")
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSpool, err)
 	}
-	sp.file = f
+	sp := &spool{file: f}
 	// Unlinked at once where the system allows it, so a crash leaves no
 	// file behind; Close removes it otherwise.
 	sp.unlinked = os.Remove(f.Name()) == nil
-	more, err := io.Copy(spoolWriter{f}, io.MultiReader(&buf, src))
+	more, err := io.Copy(spoolWriter{f}, io.MultiReader(bytes.NewReader(buf[:n]), src))
 	if err == nil {
 		_, err = f.Seek(0, io.SeekStart)
 		if err != nil {

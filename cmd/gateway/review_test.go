@@ -755,3 +755,27 @@ func TestW4W5UpstreamTrailersAndEarlyHintsThroughTheGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestB5TruncatedBodyNeverForwarded: a client that hangs up short of its
+// Content-Length must not have its partial body forwarded as if complete
+// (the server's body says io.ErrUnexpectedEOF, not io.EOF).
+func TestB5TruncatedBodyNeverForwarded(t *testing.T) {
+	conns, up := connCounter(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	_, gw := newTestGateway(t, minimal, up.URL)
+	for _, size := range []int{10, 40 << 10} { // in memory, and spilled to a file
+		c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", size+100)
+		_, _ = c.Write(bytes.Repeat([]byte("a"), size))
+		_ = c.(*net.TCPConn).CloseWrite()
+		_ = c.SetReadDeadline(time.Now().Add(failAfter))
+		_, _ = io.Copy(io.Discard, c) // whatever comes back, until the gateway closes
+		c.Close()
+	}
+	// The gateway handled both before closing; the upstream saw nothing.
+	if n := conns.Load(); n != 0 {
+		t.Errorf("%d upstream connections for truncated bodies, want 0", n)
+	}
+}
