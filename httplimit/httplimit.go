@@ -33,8 +33,9 @@ type Rule struct {
 	Name string
 	// Method, if set, is the request method ("POST"). It is matched
 	// ignoring case ("post" too: net/http accepts it and Flask or Rails
-	// route it as POST), and GET also matches HEAD, which most frameworks
-	// route to the GET handler.
+	// route it as POST), GET also matches HEAD, which most frameworks
+	// route to the GET handler, and a POST whose X-HTTP-Method-Override
+	// (X-HTTP-Method, X-Method-Override) names Method matches too.
 	Method string
 	// PathPrefix, if set, must be a path-segment prefix of the request's
 	// URL path: "/api" matches "/api" and "/api/x", not "/apiary". Paths

@@ -147,6 +147,7 @@ type proxyFile struct {
 	IdleConnTimeoutMs       int64 `yaml:"idle_conn_timeout_ms"`       // idle upstream connections, 90 s
 	MaxBodyBytes            int64 `yaml:"max_body_bytes"`             // client_max_body_size, 1 MiB; -1: no limit
 	ClientBodyTimeoutMs     int64 `yaml:"client_body_timeout_ms"`     // client_body_timeout: between two reads of the request body, 60 s
+	ClientSendTimeoutMs     int64 `yaml:"client_send_timeout_ms"`     // send_timeout: between two writes of the response to the client, 60 s
 	// RequestBuffering (proxy_request_buffering, default true) reads the
 	// whole request body before the upstream is contacted, so a client
 	// that trickles its body holds no upstream connection.
@@ -157,7 +158,9 @@ type proxyFile struct {
 	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
 	// UnderscoresInHeaders passes request headers whose names contain "_"
 	// (nginx's underscores_in_headers, default false: dropped, since
-	// CGI/WSGI upstreams read X_Real_IP as X-Real-IP).
+	// CGI/WSGI upstreams read X_Real_IP as X-Real-IP). Names with other
+	// characters than letters, digits and "-" are always dropped (nginx's
+	// ignore_invalid_headers).
 	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
 }
 
@@ -252,7 +255,7 @@ type redisConfig struct {
 type proxyConfig struct {
 	dialTimeout, responseHeaderTimeout, readTimeout, idleConnTimeout time.Duration
 	maxBody                                                          int64 // < 0: unlimited
-	clientBodyTimeout                                                time.Duration
+	clientBodyTimeout, clientSendTimeout                             time.Duration
 	buffering                                                        bool
 	bodyMemory                                                       int64
 	underscores                                                      bool
@@ -273,6 +276,7 @@ const (
 	defaultIdleConnTimeout       = 90 * time.Second
 	defaultMaxBody               = 1 << 20
 	defaultClientBodyTimeout     = 60 * time.Second
+	defaultClientSendTimeout     = 60 * time.Second
 	defaultBodyMemory            = 16 << 10 // nginx's client_body_buffer_size on 64-bit
 	defaultReadHeaderTimeout     = 60 * time.Second
 	defaultIdleTimeout           = 75 * time.Second
@@ -364,6 +368,9 @@ func (p proxyFile) config() (proxyConfig, error) {
 		return c, err
 	}
 	if c.clientBodyTimeout, err = msField("proxy.client_body_timeout_ms", p.ClientBodyTimeoutMs, defaultClientBodyTimeout); err != nil {
+		return c, err
+	}
+	if c.clientSendTimeout, err = msField("proxy.client_send_timeout_ms", p.ClientSendTimeoutMs, defaultClientSendTimeout); err != nil {
 		return c, err
 	}
 	c.buffering = p.RequestBuffering == nil || *p.RequestBuffering

@@ -52,9 +52,11 @@
 // client_body_timeout_ms (60 s between two reads) 408, and with
 // request_buffering (on) the body is read whole (memory up to
 // body_memory_bytes, then a temporary file) before the upstream is
-// contacted, so a slow client holds no upstream connection. Request
-// headers named with "_" are dropped (a CGI or WSGI upstream reads
-// X_Real_IP as X-Real-IP). Forwarding headers (X-Forwarded-For, -Proto,
+// contacted, so a slow client holds no upstream connection; a client that
+// stops reading the response is cut after client_send_timeout_ms (60 s
+// between two writes). Request headers named with "_" (a CGI or WSGI
+// upstream reads X_Real_IP as X-Real-IP) or with characters other than
+// letters, digits and "-" are dropped. Forwarding headers (X-Forwarded-For, -Proto,
 // -Host, Forwarded, X-Real-IP) are passed on only from trusted_proxies,
 // with this hop appended; from any other peer they are replaced by what
 // the gateway saw. IPv6 zones never go out.

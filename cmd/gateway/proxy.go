@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -51,9 +52,7 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			forwardHeaders(pr.Out, pr.In, trusted)
-			if !p.pc.underscores {
-				dropUnderscoreHeaders(pr.Out.Header)
-			}
+			dropInvalidHeaders(pr.Out.Header, p.pc.underscores)
 		},
 		Transport:      tr,
 		ModifyResponse: p.watchResponse,
@@ -103,6 +102,9 @@ var errUpstreamReadTimeout = errors.New("upstream response body: no data within 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
+	sw := &sendTimeoutWriter{ResponseWriter: w, ctl: http.NewResponseController(w), d: p.pc.clientSendTimeout}
+	defer sw.disarm()
+	w = sw
 	st := &reqState{cancel: cancel}
 	r = r.WithContext(context.WithValue(ctx, reqStateKey{}, st))
 	if r.Body != nil && r.Body != http.NoBody {
@@ -136,6 +138,54 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.rp.ServeHTTP(w, r)
 }
+
+// sendTimeoutWriter bounds the wait for the client to take each write of
+// the response (nginx's send_timeout): a client that stops reading would
+// otherwise hold the proxy's copy, and with it the upstream connection
+// and the upstream's handler, as long as it likes. The deadline is set on
+// the connection before each write or flush and cleared when the handler
+// ends (the connection then serves the next request) or hijacks it (a
+// websocket may be quiet for as long as it likes).
+type sendTimeoutWriter struct {
+	http.ResponseWriter
+	ctl   *http.ResponseController
+	d     time.Duration
+	armed bool
+}
+
+func (w *sendTimeoutWriter) arm() {
+	if w.ctl.SetWriteDeadline(time.Now().Add(w.d)) == nil {
+		w.armed = true
+	}
+}
+
+func (w *sendTimeoutWriter) disarm() {
+	if w.armed {
+		w.armed = false
+		_ = w.ctl.SetWriteDeadline(time.Time{})
+	}
+}
+
+func (w *sendTimeoutWriter) Write(p []byte) (int, error) {
+	w.arm()
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush and FlushError are what http.ResponseController (which
+// ReverseProxy flushes through) finds before unwrapping.
+func (w *sendTimeoutWriter) Flush() { _ = w.FlushError() }
+
+func (w *sendTimeoutWriter) FlushError() error {
+	w.arm()
+	return w.ctl.Flush()
+}
+
+func (w *sendTimeoutWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.disarm()
+	return w.ctl.Hijack()
+}
+
+func (w *sendTimeoutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // refuseBody answers a request whose body the gateway would not take.
 func (p *proxy) refuseBody(w http.ResponseWriter, r *http.Request, err error) {
@@ -420,15 +470,22 @@ func classifyUpstreamError(r *http.Request, err error) (int, string) {
 	return http.StatusBadGateway, "bad_gateway"
 }
 
-// dropUnderscoreHeaders deletes request headers whose names contain "_"
-// (nginx's underscores_in_headers off). CGI, WSGI and Rack fold "-" and
-// "_" into one HTTP_X_REAL_IP variable, so an untrusted client's
-// X_Real_IP would stand in for the X-Real-IP this gateway controls, and
-// X_Forwarded_For would be appended to its X-Forwarded-For.
-func dropUnderscoreHeaders(h http.Header) {
+// dropInvalidHeaders deletes request headers whose names hold anything
+// but letters, digits and "-" (and "_" with underscores), as nginx does
+// by default (ignore_invalid_headers on, underscores_in_headers off). CGI,
+// WSGI and Rack fold "-" and "_" into one HTTP_X_REAL_IP variable (PHP
+// folds "." too), so an untrusted client's X_Real_IP would stand in for
+// the X-Real-IP this gateway controls, and X_Forwarded_For would be
+// appended to its X-Forwarded-For.
+func dropInvalidHeaders(h http.Header, underscores bool) {
 	for k := range h {
-		if strings.IndexByte(k, '_') >= 0 {
+		for i := 0; i < len(k); i++ {
+			c := k[i]
+			if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' && underscores {
+				continue
+			}
 			delete(h, k)
+			break
 		}
 	}
 }

@@ -146,14 +146,15 @@ func TestB3ExampleConfigHasNoUsableTierKeys(t *testing.T) {
 // not pass (nginx drops them by default).
 func TestB4UnderscoreHeadersNeverReachTheUpstream(t *testing.T) {
 	up, srv := newCountingUpstream(t)
-	claims := map[string]string{"X_Real_IP": "6.6.6.6", "X_Forwarded_For": "6.6.6.6", "X_Forwarded_Proto": "https", "X-Real-IP": "7.7.7.7"}
+	claims := map[string]string{"X_Real_IP": "6.6.6.6", "X_Forwarded_For": "6.6.6.6", "X_Forwarded_Proto": "https", "X-Real-IP": "7.7.7.7",
+		"X.Real.IP": "8.8.8.8"} // PHP folds "." too; nginx drops such names (ignore_invalid_headers)
 	_, gw := newTestGateway(t, minimal, srv.URL)
 	do(t, "GET", gw.URL+"/", claims)
 	up.mu.Lock()
 	h := up.last
 	up.mu.Unlock()
 	for k := range h {
-		if strings.Contains(k, "_") {
+		if strings.ContainsAny(k, "_.") {
 			t.Errorf("upstream got %s: %q", k, h[k])
 		}
 	}
@@ -777,5 +778,41 @@ func TestB5TruncatedBodyNeverForwarded(t *testing.T) {
 	// The gateway handled both before closing; the upstream saw nothing.
 	if n := conns.Load(); n != 0 {
 		t.Errorf("%d upstream connections for truncated bodies, want 0", n)
+	}
+}
+
+// TestClientThatStopsReadingReleasesTheUpstream (self-review, B5's mirror
+// image): a client that sends its request and never reads the response
+// held the proxy's copy, the upstream connection and the upstream's
+// handler for as long as it liked. client_send_timeout_ms bounds the wait
+// for each write.
+func TestClientThatStopsReadingReleasesTheUpstream(t *testing.T) {
+	upstreamDone := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for i := 0; i < 4096; i++ { // 256 MiB: far more than any socket buffers
+			if _, err := w.Write(chunk); err != nil {
+				upstreamDone <- err
+				return
+			}
+		}
+		upstreamDone <- nil
+	}))
+	defer up.Close()
+	_, gw := newTestGateway(t, minimal+"proxy:\n  client_send_timeout_ms: 300\n", up.URL)
+	c, err := net.Dial("tcp", strings.TrimPrefix(gw.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n") // and never read
+	select {
+	case err := <-upstreamDone:
+		if err == nil {
+			t.Error("the upstream wrote 256 MiB to a client that read nothing")
+		}
+	case <-time.After(failAfter):
+		t.Fatal("the upstream is still held by a client that stopped reading")
 	}
 }
