@@ -13,8 +13,10 @@
 // Window) modulo 2^24; prev and cur are the counts of windows window-1 and
 // window, saturating at MaxCount = 2^20-1 (so the largest Limit is
 // MaxCount). A stored word always has cur >= 1, because a word is only
-// written when a request is recorded in the window it names; hence 0 never
-// is a live state and marks a free record (Free).
+// written when a request is recorded in the window it names; hence no word
+// with cur = 0 is a live state, and two of them mark records that hold no
+// key: 0 a free record (Free), 1<<20 a record a table rebuild moved to a
+// new table (Moved). Take and Peek report both as Stale with one test.
 //
 // # Algorithm
 //
@@ -81,6 +83,13 @@ const (
 
 // Free is the word of a record that holds no key.
 const Free uint64 = 0
+
+// Moved is the word a table rebuild leaves in a record it moved elsewhere
+// (see package shard's Flat): not live, not Free.
+const Moved uint64 = 1 << CountBits
+
+// live reports whether w is a key's state (not Free, not Moved).
+func live(w uint64) bool { return w&countMask != 0 }
 
 // LateWindows is how many windows a request's time may be behind its key's
 // newest window and still count at that window; see "Time" above.
@@ -198,7 +207,7 @@ func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uin
 	win, el := c.At(now)
 	for {
 		w := st.Load()
-		if w == Free || id.Load() != hash {
+		if !live(w) || id.Load() != hash {
 			return Stale, Snapshot{}
 		}
 		s := Snapshot{Window: win, Elapsed: el}
@@ -224,7 +233,7 @@ func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uin
 func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, Snapshot) {
 	win, el := c.At(now)
 	w := st.Load()
-	if w == Free || id.Load() != hash {
+	if !live(w) || id.Load() != hash {
 		return Stale, Snapshot{}
 	}
 	s := Snapshot{Window: win, Elapsed: el}
@@ -244,9 +253,9 @@ func (c *Counter) First(now int64, n uint32) uint64 {
 
 // Idle reports whether word w holds nothing that can count at now or later:
 // it is two or more windows old, and not ahead of now (see "Time"). Free
-// words are not idle (they are already free).
+// and Moved words are not idle (they hold no key).
 func (c *Counter) Idle(w uint64, now int64) bool {
-	if w == Free {
+	if !live(w) {
 		return false
 	}
 	win, _ := c.At(now)

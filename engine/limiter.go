@@ -19,8 +19,9 @@ type Limiter struct {
 	cfg     Config
 	alg     Algorithm
 	limit   int
-	window  int64 // ns
-	table   *shard.Table
+	window  int64        // ns
+	table   *shard.Table // SlidingLog's keys (two-level: index, then record and ring)
+	flat    *shard.Flat  // SlidingCounter's keys (one-level: the state word in the probed slot)
 	counter atomiccounter.Counter
 	ring    ring.Ring
 	ticks   fastdiv.Divider // ns -> SlidingLog ticks
@@ -97,10 +98,9 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: c, alg: c.Algorithm, limit: c.Limit, window: int64(c.Window), clock: c.Clock, stats: &stats{}, done: make(chan struct{})}
 	slots := 0
-	free := atomiccounter.Free
+	free := ring.Dead
 	if c.Algorithm == SlidingLog {
 		slots = c.Limit
-		free = ring.Dead
 		l.res = resolution(c.Limit, c.Window, c.SweepInterval)
 		l.ticks = fastdiv.New(uint64(l.res))
 		l.wq = uint32((int64(c.Window) + l.res - 1) / l.res)
@@ -113,19 +113,39 @@ func New(cfg Config) (*Limiter, error) {
 		l.guard = satMul(1<<22, int64(c.Window))
 	}
 	l.sweepDue.Store(l.guard)
-	recBytes := int64(shard.RecordBytes + 4*slots)
-	perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
-	if perShard < 1 {
-		return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
-			c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
+	now := func() int64 { return l.rel(l.Now()) }
+	if c.Algorithm == SlidingCounter {
+		perKey := int64(shard.FlatBytesPerKey)
+		fixed := int64(c.Shards) * shard.FlatShardBytes
+		if c.MaxMemory < fixed+perKey {
+			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards (need at least %d)", c.MaxMemory, c.Shards, fixed+perKey)
+		}
+		maxKeys := (c.MaxMemory - fixed) / perKey
+		if c.MaxKeys > 0 {
+			maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+		}
+		l.cfg.MaxKeys = int(min(maxKeys, math.MaxInt32))
+		f, err := shard.NewFlat(shard.FlatConfig{Shards: c.Shards, MaxKeys: l.cfg.MaxKeys, MaxBytes: c.MaxMemory,
+			Free: atomiccounter.Free, Moved: atomiccounter.Moved, Idle: l.idle, Now: now, Rescan: max(l.window/8, 1)})
+		if err != nil {
+			return nil, invalid("Config.MaxMemory: %v", err)
+		}
+		l.flat = f
+	} else {
+		recBytes := int64(shard.RecordBytes + 4*slots)
+		perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
+		if perShard < 1 {
+			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
+				c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
+		}
+		maxKeys := min(perShard*int64(c.Shards), int64(c.Shards)*shard.MaxRecordsPerShard)
+		if c.MaxKeys > 0 {
+			maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+		}
+		l.cfg.MaxKeys = int(maxKeys)
+		l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
+			Idle: l.idle, Now: now, Rescan: max(l.window/8, 1)})
 	}
-	maxKeys := min(perShard*int64(c.Shards), int64(c.Shards)*shard.MaxRecordsPerShard)
-	if c.MaxKeys > 0 {
-		maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
-	}
-	l.cfg.MaxKeys = int(maxKeys)
-	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
-		Idle: l.idle, Now: func() int64 { return l.rel(l.Now()) }, Rescan: max(l.window/8, 1)})
 	if l.clock == nil {
 		coarseAcquire()
 		l.epoch = coarseNow()
@@ -217,7 +237,12 @@ func (l *Limiter) catchUp(rel int64) {
 // Under sweepMu.
 func (l *Limiter) sweepAt(rel int64, total bool) int {
 	at := max(rel, l.rel(l.Now()))
-	n := l.table.Sweep(at, total)
+	var n int
+	if l.flat != nil {
+		n = l.flat.Sweep(at, total)
+	} else {
+		n = l.table.Sweep(at, total)
+	}
 	if due := at + min(l.guard, math.MaxInt64-at); due > l.sweepDue.Load() {
 		l.sweepDue.Store(due)
 	}
@@ -233,31 +258,33 @@ func (l *Limiter) Config() Config { return l.cfg }
 func (l *Limiter) Allow(key string) bool {
 	// The common case (an existing key) without building a Decision, which
 	// was a third of the time of a hot-key Allow; everything else (new key,
-	// a record freed under us, an expired ring) takes the full path.
+	// a record freed or moved under us, an expired ring) takes the full path.
 	rel := l.rel(l.Now())
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
+	if l.flat != nil {
+		h := l.flat.Hash(key)
+		if _, rec := l.flat.Lookup(h); rec != nil {
+			st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
+			if st != atomiccounter.Stale {
+				ok := st == atomiccounter.Allowed
+				l.stats.count(h, ok)
+				return ok
+			}
+		}
+		return l.decideCounter(h, 1, l.limit, rel, false).Allowed
+	}
 	h := l.table.Hash(key)
 	if _, rec, slots := l.table.Lookup(h); rec != nil {
-		var ok bool
-		if l.alg == SlidingCounter {
-			st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
-			if st == atomiccounter.Stale {
-				return l.decide(h, 1, l.limit, rel, false).Allowed
-			}
-			ok = st == atomiccounter.Allowed
-		} else {
-			st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
-			if st == ring.Stale || st == ring.Idle {
-				return l.decide(h, 1, l.limit, rel, false).Allowed
-			}
-			ok = st == ring.Allowed
+		st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
+		if st != ring.Stale && st != ring.Idle {
+			ok := st == ring.Allowed
+			l.stats.count(h, ok)
+			return ok
 		}
-		l.stats.count(h, ok)
-		return ok
 	}
-	return l.decide(h, 1, l.limit, rel, false).Allowed
+	return l.decideLog(h, 1, l.limit, rel, false).Allowed
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
@@ -332,11 +359,82 @@ func (l *Limiter) take(key string, n, limit int, rel int64) Decision {
 		l.stats.count(0, false)
 		return Decision{Limit: limit}
 	}
-	return l.decide(l.table.Hash(key), n, limit, rel, true)
+	if l.flat != nil {
+		return l.decideCounter(l.flat.Hash(key), n, limit, rel, true)
+	}
+	return l.decideLog(l.table.Hash(key), n, limit, rel, true)
 }
 
-// decide is take for a valid n and limit, and the key's hash h.
-func (l *Limiter) decide(h uint64, n, limit int, rel int64, detail bool) Decision {
+// decideCounter is take for a valid n and limit, and the key's hash h
+// (SlidingCounter).
+func (l *Limiter) decideCounter(h uint64, n, limit int, rel int64, detail bool) Decision {
+	if rel >= l.sweepDue.Load() {
+		l.catchUp(rel)
+	}
+	for {
+		s, rec := l.flat.Lookup(h)
+		if rec != nil {
+			st, snap := l.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
+			if st != atomiccounter.Stale {
+				ok := st == atomiccounter.Allowed
+				l.stats.count(h, ok)
+				d := Decision{Allowed: ok, Limit: limit}
+				if detail {
+					rem, retry, reset := l.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || l.cfg.Penalty)
+					d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
+				}
+				return d
+			}
+		}
+		// Not found, or freed or moved under us: the slow path.
+		if d, done := l.insertCounter(s, h, n, limit, rel); done {
+			return d
+		}
+	}
+}
+
+// insertCounter creates the key's state under the shard lock, unless it
+// exists (then done is false and the caller retries the lock-free path).
+// The first n requests of a new key are always admitted (n <= Limit on an
+// empty window), so the record is born holding them.
+func (l *Limiter) insertCounter(s *shard.FlatShard, h uint64, n, limit int, rel int64) (Decision, bool) {
+	t := l.flat
+	s.Lock()
+	if t.Find(s, h) != nil {
+		s.Unlock()
+		return Decision{}, false
+	}
+	rec, readyAt, ok := t.Claim(s, h, rel)
+	if !ok {
+		s.Unlock()
+		return l.overflow(h, n, limit), true
+	}
+	// Dated no earlier than the slot's previous owner went empty, nor than
+	// the clock (see insertLog).
+	at := max(rel, readyAt, l.rel(l.Now()))
+	t.Publish(s, rec, h, l.counter.First(at, uint32(n)))
+	s.Unlock()
+	win, el := l.counter.At(at)
+	rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
+	l.stats.inserts.Add(1)
+	l.stats.count(h, true)
+	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}, true
+}
+
+// overflow decides a new key that cannot be tracked (Config.Overflow).
+func (l *Limiter) overflow(h uint64, n, limit int) Decision {
+	l.stats.overflow.Add(1)
+	allowed := l.cfg.Overflow == OverflowAllow
+	l.stats.count(h, allowed)
+	if allowed {
+		return Decision{Allowed: true, Limit: limit, Remaining: limit - n}
+	}
+	return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
+}
+
+// decideLog is take for a valid n and limit, and the key's hash h
+// (SlidingLog).
+func (l *Limiter) decideLog(h uint64, n, limit int, rel int64, detail bool) Decision {
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
@@ -344,64 +442,50 @@ func (l *Limiter) decide(h uint64, n, limit int, rel int64, detail bool) Decisio
 	for {
 		s, rec, slots := l.table.Lookup(h)
 		if rec != nil {
-			if l.alg == SlidingCounter {
-				st, snap := l.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
-				if st != atomiccounter.Stale {
-					ok := st == atomiccounter.Allowed
-					l.stats.count(h, ok)
-					d := Decision{Allowed: ok, Limit: limit}
-					if detail {
-						rem, retry, reset := l.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || l.cfg.Penalty)
-						d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
-					}
-					return d
+			st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
+			if st == ring.Idle {
+				// Nothing in the ring counts: free the record (if it is
+				// still idle, see package shard) and recreate the key.
+				if l.table.FreeKey(h, rel) {
+					continue
 				}
-			} else {
-				st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
-				if st == ring.Idle {
-					// Nothing in the ring counts: free the record (if it is
-					// still idle, see package shard) and recreate the key.
-					if l.table.FreeKey(h, rel) {
-						continue
-					}
-					// Not freed: written meanwhile (look again), or not idle
-					// by the fresh clock reading the table judged it with,
-					// which only a clock and times passed to AllowAt that
-					// are far apart (see Time) can cause. Never loop on it:
-					// the third time, deny without recording.
-					if idleMisses++; idleMisses < 3 {
-						continue
-					}
-					l.stats.count(h, false)
-					return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
+				// Not freed: written meanwhile (look again), or not idle
+				// by the fresh clock reading the table judged it with,
+				// which only a clock and times passed to AllowAt that
+				// are far apart (see Time) can cause. Never loop on it:
+				// the third time, deny without recording.
+				if idleMisses++; idleMisses < 3 {
+					continue
 				}
-				if st != ring.Stale {
-					ok := st == ring.Allowed
-					l.stats.count(h, ok)
-					d := Decision{Allowed: ok, Limit: limit}
-					if detail {
-						d.Remaining = int(out.Remaining)
-						d.ResetAfter = l.delay(out.ResetAfter, rel)
-						if !ok {
-							d.RetryAfter = l.delay(out.RetryAfter, rel)
-						}
+				l.stats.count(h, false)
+				return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
+			}
+			if st != ring.Stale {
+				ok := st == ring.Allowed
+				l.stats.count(h, ok)
+				d := Decision{Allowed: ok, Limit: limit}
+				if detail {
+					d.Remaining = int(out.Remaining)
+					d.ResetAfter = l.delay(out.ResetAfter, rel)
+					if !ok {
+						d.RetryAfter = l.delay(out.RetryAfter, rel)
 					}
-					return d
 				}
+				return d
 			}
 		}
 		// Not found, or the record was freed or reused under us: the slow path.
-		if d, done := l.insert(s, h, n, limit, rel); done {
+		if d, done := l.insertLog(s, h, n, limit, rel); done {
 			return d
 		}
 	}
 }
 
-// insert creates the key's state under the shard lock, unless another
+// insertLog creates the key's state under the shard lock, unless another
 // goroutine got there first (then done is false and the caller retries the
 // lock-free path). The first n requests of a new key are always admitted
 // (n <= Limit on an empty window), so the record is born holding them.
-func (l *Limiter) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
+func (l *Limiter) insertLog(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
 	t := l.table
 	s.Lock()
 	if _, ok := t.Find(s, h); ok {
@@ -411,13 +495,7 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Dec
 	ref, readyAt, ok := t.Alloc(s, rel)
 	if !ok {
 		s.Unlock()
-		l.stats.overflow.Add(1)
-		allowed := l.cfg.Overflow == OverflowAllow
-		l.stats.count(h, allowed)
-		if allowed {
-			return Decision{Allowed: true, Limit: limit, Remaining: limit - n}, true
-		}
-		return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}, true
+		return l.overflow(h, n, limit), true
 	}
 	// Date the new key no earlier than the moment its record's previous
 	// owner went empty: then the previous owner's late writers find values
@@ -427,23 +505,14 @@ func (l *Limiter) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Dec
 	at := max(rel, readyAt, l.rel(l.Now()))
 	rec, slots := t.Record(s, ref)
 	rec.Hash.Store(h) // before State: a reader that sees the new State sees the new Hash
-	var d Decision
-	if l.alg == SlidingCounter {
-		rec.State.Store(l.counter.First(at, uint32(n)))
-		win, el := l.counter.At(at)
-		rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
-		d = Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}
-	} else {
-		tk := l.tick(at)
-		rec.State.Store(l.ring.First(slots, tk, uint32(n)))
-		d = Decision{Allowed: true, Limit: limit, Remaining: limit - n,
-			ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}
-	}
+	tk := l.tick(at)
+	rec.State.Store(l.ring.First(slots, tk, uint32(n)))
 	t.Insert(s, h, ref)
 	s.Unlock()
 	l.stats.inserts.Add(1)
 	l.stats.count(h, true)
-	return d, true
+	return Decision{Allowed: true, Limit: limit, Remaining: limit - n,
+		ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}, true
 }
 
 // idle is the table's idle test (see package shard): whether state w holds
@@ -463,6 +532,9 @@ func (l *Limiter) idle(w uint64, rel int64) (idle bool, readyAt int64) {
 }
 
 func (l *Limiter) peek(key string, rel int64) Decision {
+	if l.flat != nil {
+		return l.peekCounter(key, rel)
+	}
 	h := l.table.Hash(key)
 	for {
 		s, rec, slots := l.table.Lookup(h)
@@ -475,23 +547,12 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 			}
 			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
 		}
-		if l.alg == SlidingCounter {
-			st, snap := l.counter.Peek(&rec.State, &rec.Hash, h, rel)
-			if st == atomiccounter.Stale {
-				s.Lock() // a sweep or Reset is removing the record: wait for it
-				s.Unlock()
-				continue
-			}
-			ok := st == atomiccounter.Allowed
-			rem, retry, reset := l.counter.Describe(snap, 1, ok, false)
-			return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
-		}
 		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
 		if st == ring.Idle { // nothing counts; Peek changes nothing, not even this
 			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
 		}
 		if st == ring.Stale {
-			s.Lock()
+			s.Lock() // a sweep or Reset is removing the record: wait for it
 			s.Unlock()
 			continue
 		}
@@ -500,6 +561,31 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 			d.RetryAfter = l.delay(out.RetryAfter, rel)
 		}
 		return d
+	}
+}
+
+func (l *Limiter) peekCounter(key string, rel int64) Decision {
+	h := l.flat.Hash(key)
+	for {
+		s, rec := l.flat.Lookup(h)
+		if rec == nil {
+			s.Lock()
+			found := l.flat.Find(s, h) != nil
+			s.Unlock()
+			if found {
+				continue
+			}
+			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
+		}
+		st, snap := l.counter.Peek(&rec.State, &rec.Hash, h, rel)
+		if st == atomiccounter.Stale {
+			s.Lock() // a sweep or a rebuild is removing or moving the record: wait for it
+			s.Unlock()
+			continue
+		}
+		ok := st == atomiccounter.Allowed
+		rem, retry, reset := l.counter.Describe(snap, 1, ok, false)
+		return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
 	}
 }
 
@@ -513,30 +599,32 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) {
-	h := l.table.Hash(key)
 	rel := l.rel(l.Now())
-	if l.alg == SlidingLog {
-		l.table.Forget(h, rel)
+	if l.table != nil {
+		l.table.Forget(l.table.Hash(key), rel)
 		return
 	}
+	h := l.flat.Hash(key)
+	emptied := l.counter.Emptied(rel)
 	for {
-		s, rec, _ := l.table.Lookup(h)
+		s, rec := l.flat.Lookup(h)
 		if rec == nil {
-			// A lock-free miss is not final (an index shift by a removal
-			// in the same shard): confirm it under the lock.
+			// A lock-free miss is not final (a rebuild under way): confirm
+			// it under the lock.
 			s.Lock()
-			_, found := l.table.Find(s, h)
+			found := l.flat.Find(s, h) != nil
 			s.Unlock()
 			if !found {
 				return // a key being created now is created empty anyway
 			}
 			continue
 		}
-		emptied := l.counter.Emptied(rel)
 		for {
 			w := rec.State.Load()
-			if w == atomiccounter.Free || rec.Hash.Load() != h {
-				break // freed or reused under us: look again
+			if w == atomiccounter.Free || w == atomiccounter.Moved || rec.Hash.Load() != h {
+				s.Lock() // freed, reused or moved under us: wait for the table's writer, look again
+				s.Unlock()
+				break
 			}
 			if rec.State.CompareAndSwap(w, emptied) {
 				return
@@ -548,6 +636,12 @@ func (l *Limiter) Reset(key string) {
 // Len returns the number of keys tracked now.
 func (l *Limiter) Len() int {
 	n := 0
+	if l.flat != nil {
+		for i := 0; i < l.flat.Shards(); i++ {
+			n += l.flat.ShardAt(i).Len()
+		}
+		return n
+	}
 	for i := 0; i < l.table.Shards(); i++ {
 		n += l.table.ShardAt(i).Len()
 	}
@@ -557,11 +651,17 @@ func (l *Limiter) Len() int {
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
-		Inserts: l.stats.inserts.Load(), Reclaimed: l.table.Reclaimed(), Overflow: l.stats.overflow.Load()}
+		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load()}
 	for i := range l.stats.s {
 		st.Allowed += l.stats.s[i].allowed.Load()
 		st.Denied += l.stats.s[i].denied.Load()
 	}
+	if l.flat != nil {
+		st.Reclaimed = l.flat.Reclaimed()
+		st.Bytes = l.flat.Bytes()
+		return st
+	}
+	st.Reclaimed = l.table.Reclaimed()
 	for i := 0; i < l.table.Shards(); i++ {
 		st.Bytes += l.table.ShardAt(i).Bytes()
 	}
