@@ -132,7 +132,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.flat = f
 	} else {
-		recBytes := int64(shard.RecordBytes + 4*slots)
+		recBytes := int64(shard.RecordRingBytes(slots))
 		perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
 		if perShard < 1 {
 			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",

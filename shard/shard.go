@@ -94,13 +94,11 @@
 package shard
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/slidelimit/slidelimit/internal/keyhash"
 )
 
 // CacheLine is the padding unit for fields written by one core and read by
@@ -122,11 +120,19 @@ type Record struct {
 // RecordBytes is the size of a Record.
 const RecordBytes = int(unsafe.Sizeof(Record{}))
 
-// chunk is a block of records and their rings. Both slices point to arrays
-// without pointers.
+// RecordRingBytes is the slab bytes of a Table record and its ring of
+// slotsPer ticks (padded to whole words).
+func RecordRingBytes(slotsPer int) int { return 8 * (2 + (slotsPer+1)/2) }
+
+// chunk is a block of records, each followed by its ring: record r of the
+// chunk is words [r*stride, r*stride+2) (State, Hash) and its ring of
+// SlotsPer uint32 ticks the words after them, so the head word and the
+// ring slots a decision reads (see package ring: the oldest entry, at the
+// ring's next position, and the newest batch just before it) are a line or
+// two from each other instead of in another region. The array holds no
+// pointers.
 type chunk struct {
-	recs  []Record
-	slots []atomic.Uint32
+	words []atomic.Uint64
 }
 
 type index struct {
@@ -164,8 +170,9 @@ type Config struct {
 type Table struct {
 	shards     []Shard
 	mask       uint64
-	seed       uint64
+	hasher     keyhash.Hasher
 	slotsPer   uint32
+	stride     uint32 // words per record and ring
 	chunkShift uint32
 	chunkMask  uint32
 	perShard   uint32 // ceiling of one shard
@@ -218,12 +225,11 @@ type Deferred struct {
 
 // New returns an empty Table.
 func New(c Config) *Table {
-	var seed [8]byte
-	_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
 	n := c.Shards
 	fair := max(1, (c.MaxKeys+n-1)/n)
 	per := max(1, min(c.MaxKeys, 4*fair+64, MaxRecordsPerShard))
-	recBytes := RecordBytes + 4*c.SlotsPer
+	recBytes := RecordRingBytes(c.SlotsPer)
+	stride := recBytes / 8
 	cb := c.ChunkBytes
 	if cb <= 0 {
 		cb = 64 << 10
@@ -239,8 +245,9 @@ func New(c Config) *Table {
 	t := &Table{
 		shards:     make([]Shard, n),
 		mask:       uint64(n - 1),
-		seed:       binary.LittleEndian.Uint64(seed[:]),
+		hasher:     keyhash.New(),
 		slotsPer:   uint32(c.SlotsPer),
+		stride:     uint32(stride),
 		chunkShift: shift,
 		chunkMask:  uint32(rpc - 1),
 		perShard:   uint32(per),
@@ -268,13 +275,9 @@ func newIndex(size int) *index {
 	return &index{e: make([]atomic.Uint32, size), mask: uint32(size - 1)}
 }
 
-// Hash returns the seeded 64-bit hash of key. It does not allocate.
-func (t *Table) Hash(key string) uint64 {
-	var d xxhash.Digest
-	d.ResetWithSeed(t.seed)
-	_, _ = d.WriteString(key)
-	return d.Sum64()
-}
+// Hash returns the 64-bit hash of key under the table's seed (package
+// keyhash). It does not allocate.
+func (t *Table) Hash(key string) uint64 { return t.hasher.Sum(key) }
 
 // Shard returns the shard of hash h.
 func (t *Table) Shard(h uint64) *Shard { return &t.shards[h&t.mask] }
@@ -296,12 +299,15 @@ func tag(h uint64) uint32  { return uint32(h>>56) << tagShift }
 // Record returns record ref of shard s and its ring slots.
 func (t *Table) Record(s *Shard, ref uint32) (*Record, []atomic.Uint32) {
 	c := s.chunks[ref>>t.chunkShift].Load()
-	o := ref & t.chunkMask
+	w := c.words[(ref&t.chunkMask)*t.stride:]
+	// Safety: a record is the two words at w[0:2], its ring the 4*slotsPer
+	// bytes after them, inside the chunk (stride covers both); the chunk
+	// holds no pointers and lives as long as the Table.
+	rec := (*Record)(unsafe.Pointer(&w[0]))
 	if t.slotsPer == 0 {
-		return &c.recs[o], nil
+		return rec, nil
 	}
-	lo := o * t.slotsPer
-	return &c.recs[o], c.slots[lo : lo+t.slotsPer : lo+t.slotsPer]
+	return rec, unsafe.Slice((*atomic.Uint32)(unsafe.Pointer(&w[2])), t.slotsPer)
 }
 
 // Lookup finds the record of hash h without taking a lock. A miss is not
@@ -371,17 +377,14 @@ func (s *Shard) growChunks(t *Table) bool {
 			continue
 		}
 		rpc := int(t.chunkMask + 1)
-		c := &chunk{recs: make([]Record, rpc)}
-		if t.slotsPer > 0 {
-			c.slots = make([]atomic.Uint32, rpc*int(t.slotsPer))
-		}
+		c := &chunk{words: make([]atomic.Uint64, rpc*int(t.stride))}
 		if t.free != 0 {
-			for j := range c.recs {
-				c.recs[j].State.Store(t.free)
+			for j := 0; j < rpc; j++ {
+				c.words[j*int(t.stride)].Store(t.free) // State is a record's first word
 			}
 		}
 		s.chunks[i].Store(c)
-		s.bytes.Add(int64(rpc * (RecordBytes + 4*int(t.slotsPer))))
+		s.bytes.Add(int64(rpc * 8 * int(t.stride)))
 		return true
 	}
 	return false
