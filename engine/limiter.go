@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/slidelimit/slidelimit/atomiccounter"
 	"github.com/slidelimit/slidelimit/internal/fastdiv"
@@ -46,8 +47,8 @@ type Limiter struct {
 	swept     sync.WaitGroup
 }
 
-// stats are striped by hash so that two cores deciding for different keys
-// rarely write the same cache line.
+// stats are striped so that two cores deciding rarely write the same cache
+// line: see count.
 //
 // xsync.Counter does the same job (stripes per P); we measured it in place
 // of these stripes through the engine (BenchmarkAllowParallel in ./bench,
@@ -58,7 +59,7 @@ type Limiter struct {
 // log/distinct 590 vs 589 and 596 vs 606, log/hotkey 36 vs 49 and 48 vs 48;
 // geomean +38 % for xsync. It never won, so the stripes stay and the
 // engine does not import xsync.
-const statStripes = 16
+const statStripes = 64
 
 type stripe struct {
 	allowed atomic.Uint64
@@ -72,8 +73,16 @@ type stats struct {
 	overflow atomic.Uint64
 }
 
+// count adds one decision for the key whose hash is h. The stripe mixes h
+// with the address of the calling goroutine's stack: goroutines deciding
+// for one hot key (on different cores) add to different stripes instead of
+// bouncing one line between them, and one goroutine's decisions for many
+// keys spread over the stripes by hash. A stack may move when it grows;
+// a stripe is only a place to add, so that changes nothing.
 func (s *stats) count(h uint64, allowed bool) {
-	st := &s.s[h%statStripes]
+	var here byte
+	sp := uint64(uintptr(unsafe.Pointer(&here))) >> 11 // goroutine stacks are 2 KiB or more apart
+	st := &s.s[(h^sp*0x9E3779B97F4A7C15)>>(64-6)]      // top 6 bits: statStripes = 64
 	if allowed {
 		st.allowed.Add(1)
 	} else {
@@ -256,26 +265,35 @@ func (l *Limiter) Config() Config { return l.cfg }
 // Allow reports whether one request for key is admitted now, and records it
 // if so. It does not allocate.
 func (l *Limiter) Allow(key string) bool {
-	// The common case (an existing key) without building a Decision, which
-	// was a third of the time of a hot-key Allow; everything else (new key,
-	// a record freed or moved under us, an expired ring) takes the full path.
 	rel := l.rel(l.Now())
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
 	if l.flat != nil {
-		h := l.flat.Hash(key)
-		if _, rec := l.flat.Lookup(h); rec != nil {
-			st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
-			if st != atomiccounter.Stale {
-				ok := st == atomiccounter.Allowed
-				l.stats.count(h, ok)
-				return ok
-			}
-		}
-		return l.decideCounter(h, 1, l.limit, rel, false).Allowed
+		return l.allowCounter(l.flat.Hash(key), rel)
 	}
-	h := l.table.Hash(key)
+	return l.allowLog(l.table.Hash(key), rel)
+}
+
+// allowCounter is Allow for the key whose hash is h, at rel: the common
+// case (an existing key) without building a Decision, which was a third of
+// the time of a hot-key Allow; everything else (a new key, a record freed
+// or moved under us) takes the full path.
+func (l *Limiter) allowCounter(h uint64, rel int64) bool {
+	if _, rec := l.flat.Lookup(h); rec != nil {
+		st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
+		if st != atomiccounter.Stale {
+			ok := st == atomiccounter.Allowed
+			l.stats.count(h, ok)
+			return ok
+		}
+	}
+	return l.decideCounter(h, 1, l.limit, rel, false).Allowed
+}
+
+// allowLog is allowCounter for SlidingLog (an expired ring also takes the
+// full path).
+func (l *Limiter) allowLog(h uint64, rel int64) bool {
 	if _, rec, slots := l.table.Lookup(h); rec != nil {
 		st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
 		if st != ring.Stale && st != ring.Idle {
