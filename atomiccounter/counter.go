@@ -12,11 +12,13 @@
 // window is the window number (time since the limiter's epoch divided by
 // Window) modulo 2^24; prev and cur are the counts of windows window-1 and
 // window, saturating at MaxCount = 2^20-1 (so the largest Limit is
-// MaxCount). A stored word always has cur >= 1, because a word is only
-// written when a request is recorded in the window it names; hence no word
-// with cur = 0 is a live state, and two of them mark records that hold no
-// key: 0 a free record (Free), 1<<20 a record a table rebuild moved to a
-// new table (Moved). Take and Peek report both as Stale with one test.
+// MaxCount). A word that records requests has cur >= 1 (it is written when
+// a request is recorded in the window it names); the one live word with no
+// count at all is Reset's (window w, prev 0, cur 0: empty, and dated w so
+// that a late request does not read it as older). So a word with cur = 0
+// and prev != 0 is never a key's state, and two of them mark records that
+// hold no key: a free record (Free: prev 1) and a record a table rebuild
+// moved to a new table (Moved: prev 2). Take and Peek report both as Stale.
 //
 // # Algorithm
 //
@@ -82,14 +84,15 @@ const (
 )
 
 // Free is the word of a record that holds no key.
-const Free uint64 = 0
+const Free uint64 = 1 << CountBits
 
 // Moved is the word a table rebuild leaves in a record it moved elsewhere
 // (see package shard's Flat): not live, not Free.
-const Moved uint64 = 1 << CountBits
+const Moved uint64 = 2 << CountBits
 
-// live reports whether w is a key's state (not Free, not Moved).
-func live(w uint64) bool { return w&countMask != 0 }
+// live reports whether w is a key's state (not Free, not Moved): cur >= 1,
+// or prev = cur = 0 (Reset's word).
+func live(w uint64) bool { return w&countMask != 0 || w&(countMask<<CountBits) == 0 }
 
 // LateWindows is how many windows a request's time may be behind its key's
 // newest window and still count at that window; see "Time" above.
@@ -259,8 +262,11 @@ func (c *Counter) Idle(w uint64, now int64) bool {
 		return false
 	}
 	win, _ := c.At(now)
-	ww, _, _ := Unpack(w)
+	ww, prev, cur := Unpack(w)
 	d := (win - ww) & windowMask
+	if prev == 0 && cur == 0 { // Reset's word holds nothing from its window on
+		return d < 1<<WindowBits-LateWindows
+	}
 	return d >= 2 && d < 1<<WindowBits-LateWindows
 }
 
@@ -279,11 +285,14 @@ func (c *Counter) ReadyAt(w uint64, now int64) int64 {
 	return max(now, int64(satMul(full+2, c.window)))
 }
 
-// Emptied returns the word that Reset stores: counts that are already two
-// windows old at now, hence empty, in a word that is not Free.
+// Emptied returns the word that Reset stores: no counts, in now's window.
+// A request at a time behind now reads it as empty too (its window is
+// ahead of the request's, which counts at its start, with nothing in it),
+// so no request of the old state survives the Reset. It is idle two
+// windows on, like any word.
 func (c *Counter) Emptied(now int64) uint64 {
 	win, _ := c.At(now)
-	return Pack(win-2, 0, 1)
+	return Pack(win, 0, 0)
 }
 
 // Describe turns a snapshot into the figures of a Decision after n requests

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,8 +39,13 @@ type Limiter struct {
 	// time rel >= sweepDue, the Limiter sweeps at that time, so that no
 	// live state is ever older than the packed time fields can tell.
 	sweepDue atomic.Int64
-	guard    int64 // ns between guaranteed sweeps, in decision time
+	guard    int64 // ns between guaranteed sweeps, in clock time
 	sweepMu  sync.Mutex
+
+	// A caller's time is bounded to within lead of the clock (see at):
+	// horizon is the latest clock reading at has seen.
+	horizon atomic.Int64
+	lead    int64
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -110,16 +116,18 @@ func New(cfg Config) (*Limiter, error) {
 	free := ring.Dead
 	if c.Algorithm == SlidingLog {
 		slots = c.Limit
-		l.res = resolution(c.Limit, c.Window, c.SweepInterval)
+		l.res = resolution(c.Limit, c.Window)
 		l.ticks = fastdiv.New(uint64(l.res))
 		l.wq = uint32((int64(c.Window) + l.res - 1) / l.res)
 		l.ring = ring.New(c.Limit, l.wq, c.Penalty)
 		// See catchUp: 2 x 2^30 + Wq + 1 < 2^32 - ring.LateMax (Wq < 2^29).
 		l.guard = satMul(1<<30, l.res)
+		l.lead = satMul(ring.LateMax/4, l.res)
 	} else {
 		l.counter = atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)
 		// See catchUp: 2 x 2^22 + 2 < 2^24 - atomiccounter.LateWindows.
 		l.guard = satMul(1<<22, int64(c.Window))
+		l.lead = satMul(atomiccounter.LateWindows/4, int64(c.Window))
 	}
 	l.sweepDue.Store(l.guard)
 	now := func() int64 { return l.rel(l.Now()) }
@@ -167,13 +175,13 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // resolution returns the SlidingLog tick: the smallest power of ten of
-// nanoseconds, at least 1 µs, such that 2 x (Limit+1) x (Window+Sweep) is
-// below 2^31 ticks. A live key's oldest tick is at most (Limit+1) x
-// (Window+Sweep) old (a key idle longer than Window is reclaimed by the next
-// sweep), so with this tick every comparison of 32-bit ticks is exact, with
-// a factor 2 to spare for a late sweep.
-func resolution(limit int, window, sweep time.Duration) int64 {
-	span := 2 * float64(limit+1) * float64(window+sweep)
+// nanoseconds, at least 1 µs, such that 2 x (Limit+1) x (Window+1 µs) is
+// below 2^31 ticks. A live ring spans at most (Limit+1) x (Wq+1) ticks (a
+// request that finds nothing counting resets the ring, see package ring),
+// so with this tick every comparison of a ring's 32-bit ticks is exact,
+// with a factor 2 to spare.
+func resolution(limit int, window time.Duration) int64 {
+	span := 2 * float64(limit+1) * float64(window+time.Microsecond)
 	res := int64(1000)
 	for span >= float64(math.MaxInt32)*float64(res) && res < 1e15 {
 		res *= 10
@@ -200,6 +208,34 @@ func (l *Limiter) Now() int64 {
 	return coarseNow()
 }
 
+// at converts a caller's time (AllowAt and friends) to ns since the epoch,
+// bounded to within the lead of the clock (see Time in the package doc):
+// a time further ahead counts at clock+lead, one further behind at
+// clock-lead. Within the bound (the common case) it costs a load of the
+// latest clock reading seen and two comparisons; outside it, a clock read.
+func (l *Limiter) at(now int64) int64 {
+	rel := l.rel(now)
+	if h := l.horizon.Load(); rel <= satAdd(h, l.lead) && rel >= h-l.lead {
+		return rel
+	}
+	return l.atSlow(rel)
+}
+
+func (l *Limiter) atSlow(rel int64) int64 {
+	c := l.rel(l.Now())
+	for {
+		h := l.horizon.Load()
+		if c <= h {
+			c = h
+			break
+		}
+		if l.horizon.CompareAndSwap(h, c) {
+			break
+		}
+	}
+	return min(max(rel, c-l.lead), satAdd(c, l.lead))
+}
+
 // rel converts a time of the Limiter's clock to ns since the epoch.
 func (l *Limiter) rel(now int64) int64 {
 	if now <= l.epoch {
@@ -219,33 +255,43 @@ func satMul(a, b int64) int64 {
 	return a * b
 }
 
-// catchUp runs the wrap guard's sweep before a decision at rel >= sweepDue:
-// rare (once per guard span of decision time) and only when the background
-// sweep has not run in that span (closed, a long SweepInterval, times that
-// jump).
+// catchUp runs the wrap guard's sweep when a decision's time is at or past
+// sweepDue: if the clock is past sweepDue too, it sweeps at the clock's
+// time (never at the decision's: a time ahead of the clock must not judge
+// other keys idle), else it only waits for a sweep in progress. Rare: once
+// per guard span of clock time, and only when the background sweep has not
+// run in that span (closed, a long SweepInterval, a clock that jumps).
 //
 // Why it suffices: the last sweep, at S = sweepDue - guard, left only
-// states written within a window of S; every decision since had a time
-// below sweepDue = S + guard (a later one waits here), and a late request
-// never moves a state's time back, so every state's newest time now lies in
-// [S - Window, S + guard) (plus lateness, at most LateMax/LateWindows). If
-// rel < S + 2 x guard, every age is below 2 x guard + Window, which the
-// packed fields read unambiguously (see ring and atomiccounter), so an
-// ordinary sweep at rel is exact. If rel is further on, every state is more
-// than a guard span (far more than a Window) older than rel: all are idle,
-// and the sweep frees them without reading their (possibly wrapped) times.
+// states written within a Window of S. Since then, every decision's time
+// was below sweepDue = S + guard, or its decision waited here, or it was
+// ahead of the clock (bounded to the clock + lead, see at: it dates only
+// its own key, ahead of the clock by less than lead); new keys are dated
+// at a clock reading below sweepDue (insertClock); and a late request never
+// moves a state's time back. So every state's newest time lies in
+// [S - Window, S + guard + lead) (plus lateness, at most LateMax or
+// LateWindows). If the clock reads now < S + 2 x guard, every age is below
+// 2 x guard + Window, and no state is ahead of now by lead or more, which
+// the packed fields read unambiguously (see ring and atomiccounter), so an
+// ordinary sweep at now is exact. If now is further on, every state but
+// those dated ahead of the clock is more than a guard span (far more than
+// a Window) older than now: idle; the sweep frees every state without
+// reading its (possibly wrapped) time, while new keys wait for it
+// (insertClock). Requests still in flight with a time from before the jump
+// write states dated then, which it may free: they count at a time far
+// behind now, where freeing them forgets nothing that counts. The price:
+// a key dated ahead of the clock (by AllowAt) is forgotten too.
 func (l *Limiter) catchUp(rel int64) {
 	l.sweepMu.Lock()
-	if due := l.sweepDue.Load(); rel >= due {
-		l.sweepAt(rel, rel-due >= l.guard)
+	now := l.rel(l.Now())
+	if due := l.sweepDue.Load(); now >= due {
+		l.sweepAt(now, now-due >= l.guard)
 	}
 	l.sweepMu.Unlock()
 }
 
-// sweepAt sweeps at the later of rel and the clock, and moves the guard on.
-// Under sweepMu.
-func (l *Limiter) sweepAt(rel int64, total bool) int {
-	at := max(rel, l.rel(l.Now()))
+// sweepAt sweeps at clock reading at and moves the guard on. Under sweepMu.
+func (l *Limiter) sweepAt(at int64, total bool) int {
 	var n int
 	if l.flat != nil {
 		n = l.flat.Sweep(at, total)
@@ -291,12 +337,11 @@ func (l *Limiter) allowCounter(h uint64, rel int64) bool {
 	return l.decideCounter(h, 1, l.limit, rel, false).Allowed
 }
 
-// allowLog is allowCounter for SlidingLog (an expired ring also takes the
-// full path).
+// allowLog is allowCounter for SlidingLog.
 func (l *Limiter) allowLog(h uint64, rel int64) bool {
 	if _, rec, slots := l.table.Lookup(h); rec != nil {
 		st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
-		if st != ring.Stale && st != ring.Idle {
+		if st == ring.Allowed || st == ring.Denied {
 			ok := st == ring.Allowed
 			l.stats.count(h, ok)
 			return ok
@@ -330,7 +375,7 @@ func (l *Limiter) AllowNWithLimit(key string, n, limit int) Decision {
 
 // AllowNWithLimitAt is AllowNWithLimit at time now of the Limiter's clock.
 func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decision {
-	return l.take(key, n, limit, l.rel(now))
+	return l.take(key, n, limit, l.at(now))
 }
 
 // AllowAt is AllowN(key, 1) at time now of the Limiter's clock (see Now).
@@ -338,12 +383,12 @@ func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decisio
 // A time behind the key's newest counts at the newest (see Time in the
 // package doc, which also says what a time ahead of the clock does).
 func (l *Limiter) AllowAt(key string, now int64) Decision {
-	return l.take(key, 1, l.limit, l.rel(now))
+	return l.take(key, 1, l.limit, l.at(now))
 }
 
 // AllowNAt is AllowN at time now of the Limiter's clock.
 func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
-	return l.take(key, n, l.limit, l.rel(now))
+	return l.take(key, n, l.limit, l.at(now))
 }
 
 // Peek reports what AllowN(key, 1) would decide now, consuming nothing.
@@ -352,7 +397,7 @@ func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
 func (l *Limiter) Peek(key string) Decision { return l.peek(key, l.rel(l.Now())) }
 
 // PeekAt is Peek at time now of the Limiter's clock.
-func (l *Limiter) PeekAt(key string, now int64) Decision { return l.peek(key, l.rel(now)) }
+func (l *Limiter) PeekAt(key string, now int64) Decision { return l.peek(key, l.at(now)) }
 
 func (l *Limiter) tick(rel int64) uint32 { return uint32(l.ticks.Div(uint64(rel))) }
 
@@ -422,21 +467,45 @@ func (l *Limiter) insertCounter(s *shard.FlatShard, h uint64, n, limit int, rel 
 		s.Unlock()
 		return Decision{}, false
 	}
-	rec, readyAt, ok := t.Claim(s, h, rel)
+	clk, due := l.insertClock()
+	if due {
+		s.Unlock()
+		l.catchUp(clk) // see insertClock
+		return Decision{}, false
+	}
+	rec, readyAt, ok := t.Claim(s, h, clk)
 	if !ok {
 		s.Unlock()
 		return l.overflow(h, n, limit), true
 	}
-	// Dated no earlier than the slot's previous owner went empty, nor than
-	// the clock (see insertLog).
-	at := max(rel, readyAt, l.rel(l.Now()))
+	at := max(rel, readyAt, clk) // see insertLog
 	t.Publish(s, rec, h, l.counter.First(at, uint32(n)))
 	s.Unlock()
 	win, el := l.counter.At(at)
 	rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
 	l.stats.inserts.Add(1)
 	l.stats.count(h, true)
-	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}, true
+	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(satAdd(reset, at-rel))}, true
+}
+
+// satAdd is a+b for a, b >= 0, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// insertClock reads the clock for an insert, under the shard's lock, and
+// says whether the wrap guard's sweep is due at that reading. If it is, the
+// caller must not create the key yet: it unlocks, runs the sweep (or waits
+// for the one in progress, which may be a total sweep that frees every key
+// without reading its time) and looks again. So no key is created dated at
+// or past sweepDue before the sweep has run, which is what lets a total
+// sweep free every key it finds (see catchUp).
+func (l *Limiter) insertClock() (clk int64, due bool) {
+	clk = l.rel(l.Now())
+	return clk, clk >= l.sweepDue.Load()
 }
 
 // overflow decides a new key that cannot be tracked (Config.Overflow).
@@ -456,27 +525,13 @@ func (l *Limiter) decideLog(h uint64, n, limit int, rel int64, detail bool) Deci
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
-	idleMisses := 0
 	for {
 		s, rec, slots := l.table.Lookup(h)
 		if rec != nil {
 			st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
-			if st == ring.Idle {
-				// Nothing in the ring counts: free the record (if it is
-				// still idle, see package shard) and recreate the key.
-				if l.table.FreeKey(h, rel) {
-					continue
-				}
-				// Not freed: written meanwhile (look again), or not idle
-				// by the fresh clock reading the table judged it with,
-				// which only a clock and times passed to AllowAt that
-				// are far apart (see Time) can cause. Never loop on it:
-				// the third time, deny without recording.
-				if idleMisses++; idleMisses < 3 {
-					continue
-				}
-				l.stats.count(h, false)
-				return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
+			if st == ring.Busy {
+				runtime.Gosched() // another request is resetting the key's ring (a few stores)
+				continue
 			}
 			if st != ring.Stale {
 				ok := st == ring.Allowed
@@ -510,7 +565,15 @@ func (l *Limiter) insertLog(s *shard.Shard, h uint64, n, limit int, rel int64) (
 		s.Unlock()
 		return Decision{}, false
 	}
-	ref, readyAt, ok := t.Alloc(s, rel)
+	clk, due := l.insertClock()
+	if due {
+		s.Unlock()
+		l.catchUp(clk) // see insertClock
+		return Decision{}, false
+	}
+	// Lazy reuse judges idleness by the clock, never by rel: a time ahead
+	// of the clock must not free other keys (see package shard).
+	ref, readyAt, ok := t.Alloc(s, clk)
 	if !ok {
 		s.Unlock()
 		return l.overflow(h, n, limit), true
@@ -518,9 +581,10 @@ func (l *Limiter) insertLog(s *shard.Shard, h uint64, n, limit int, rel int64) (
 	// Date the new key no earlier than the moment its record's previous
 	// owner went empty: then the previous owner's late writers find values
 	// newer than theirs and do nothing (see package shard). And no earlier
-	// than the clock: a stale time must not create state that later times
-	// read as ahead of them (see Time in the package doc).
-	at := max(rel, readyAt, l.rel(l.Now()))
+	// than the clock read under the lock: a key freed as idle (by a reading
+	// taken before this one) must not be recreated by a request that read
+	// the clock long ago, back in the window that made it active.
+	at := max(rel, readyAt, clk)
 	rec, slots := t.Record(s, ref)
 	rec.Hash.Store(h) // before State: a reader that sees the new State sees the new Hash
 	tk := l.tick(at)
@@ -568,6 +632,10 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
 		if st == ring.Idle { // nothing counts; Peek changes nothing, not even this
 			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
+		}
+		if st == ring.Busy {
+			runtime.Gosched() // another request is resetting the key's ring
+			continue
 		}
 		if st == ring.Stale {
 			s.Lock() // a sweep or Reset is removing the record: wait for it
@@ -619,7 +687,10 @@ func (l *Limiter) peekCounter(key string, rel int64) Decision {
 func (l *Limiter) Reset(key string) {
 	rel := l.rel(l.Now())
 	if l.table != nil {
-		l.table.Forget(l.table.Hash(key), rel)
+		h := l.table.Hash(key)
+		if l.table.Forget(h, rel) {
+			l.table.ClearIdleHint(h)
+		}
 		return
 	}
 	h := l.flat.Hash(key)
@@ -645,6 +716,7 @@ func (l *Limiter) Reset(key string) {
 				break
 			}
 			if rec.State.CompareAndSwap(w, emptied) {
+				l.flat.ClearIdleHint(h) // the key is idle two windows on: let lazy reuse see it
 				return
 			}
 		}

@@ -20,7 +20,9 @@
 // last is the tick of the newest batch of recorded requests, next the ring
 // position the next request will take (< Limit), batch the size of the
 // newest batch (1..Limit). Limit <= 65535 keeps next and batch in 16 bits,
-// and next == 0xFFFF (impossible for a live ring) marks a free record (Dead).
+// and next == 0xFFFF (impossible for a live ring) marks a head that is not
+// a live ring: a free record (Dead, batch 0) or a ring being reset in place
+// (batch >= 1, see "Time").
 //
 // # Why no reader acts on a claimed but unwritten slot
 //
@@ -56,11 +58,23 @@
 //     counts at last: a key's time never goes back, and its state is
 //     never judged empty by a time older than its newest entry.
 //   - otherwise, d in (Wq, 2^32 - LateMax): last is more than a window old,
-//     so nothing in the ring counts (Idle). Take and Peek report Idle
-//     without touching the ring; the engine recreates the key empty. Never
-//     writing a new request into a ring whose entries are all old keeps the
-//     span of a live ring's ticks below (Limit+1) x (Wq+1), far below 2^31,
-//     which is what makes the int32 comparisons in raise exact.
+//     so nothing in the ring counts (Idle). Peek reports Idle without
+//     touching the ring. Take resets the ring in place before recording:
+//     it CASes the head to a resetting mark (next 0xFFFF, its tick in
+//     last), stores now-Wq-1 (outside the window from now on) into every
+//     slot, and CASes the head from the mark to the new ring holding its n
+//     requests. Never writing a new request into a ring whose entries are
+//     all old keeps the span of a live ring's ticks below (Limit+1) x
+//     (Wq+1), far below 2^31, which is what makes the int32 comparisons in
+//     raise exact. While the mark is up, other requests for the key get
+//     Busy and retry (the reset is Limit stores; only a resetter that is
+//     descheduled in between makes them wait longer). The slot stores are
+//     plain stores, not raises: nobody else writes the ring while the mark
+//     is up, except late writers, whose ticks are at most last and so
+//     below the reset's tick (a raise never writes them over it). If the
+//     record is freed under the mark (a Reset), the final CAS fails and the
+//     request reports Stale; the stores it made are of a tick older than
+//     anything the record's next owner writes, and outside its windows.
 //
 // The middle reading is unambiguous only while no live key is older than
 // 2^32 - LateMax - Wq ticks at the time of a request; package engine sweeps
@@ -80,6 +94,14 @@ const LateMax = 1 << 30
 
 // Dead is the head word of a record that holds no key.
 const Dead = uint64(0xFFFF) << 16
+
+// resetting is the head word that marks a ring being reset in place by a
+// request at tick now (see "Time").
+func resetting(now uint32) uint64 { return Pack(now, 0xFFFF, 1) }
+
+// live reports whether head word h is a live ring's (not Dead, not being
+// reset).
+func live(h uint64) bool { return h>>16&0xFFFF != 0xFFFF }
 
 // Pack builds a head word.
 func Pack(last, next, batch uint32) uint64 {
@@ -111,7 +133,8 @@ const (
 	Denied  Status = iota // not admitted (recorded only in Penalty mode)
 	Allowed               // admitted and recorded
 	Stale                 // the record is free or belongs to another key: look the key up again
-	Idle                  // nothing in the ring counts any more: recreate the key empty
+	Idle                  // (Peek) nothing in the ring counts: the key is as good as empty
+	Busy                  // another request is resetting the ring in place: retry shortly
 )
 
 // Outcome describes a decision for the Decision fields. Delays are in
@@ -187,13 +210,40 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 	need := L - m + n - 1 // the entry that must be outside the window
 	for {
 		v := head.Load()
-		if v == Dead || id.Load() != hash {
+		if !live(v) {
+			if v != Dead && id.Load() == hash {
+				return Busy, Outcome{}
+			}
+			return Stale, Outcome{}
+		}
+		if id.Load() != hash {
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
 		t, idle := r.effective(now, last)
 		if idle {
-			return Idle, Outcome{}
+			// Nothing counts: reset in place, then record on the empty ring
+			// (n <= m <= Limit always fits). See "Time".
+			mark := resetting(now)
+			if !head.CompareAndSwap(v, mark) {
+				continue
+			}
+			empty := now - r.wq - 1
+			for i := range slots {
+				slots[i].Store(empty)
+			}
+			nn := n
+			if nn == L {
+				nn = 0
+			}
+			if !head.CompareAndSwap(mark, Pack(now, nn, n)) {
+				return Stale, Outcome{} // freed under the mark: look the key up again
+			}
+			var out Outcome
+			if detail {
+				out = Outcome{Remaining: m - n, ResetAfter: r.wq + 1}
+			}
+			return Allowed, out
 		}
 		old := r.at(slots, last, next, batch, need)
 		ok := !r.inWindow(t, old)
@@ -248,7 +298,13 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now uint32) (Status, Outcome) {
 	for {
 		v := head.Load()
-		if v == Dead || id.Load() != hash {
+		if !live(v) {
+			if v != Dead && id.Load() == hash {
+				return Busy, Outcome{}
+			}
+			return Stale, Outcome{}
+		}
+		if id.Load() != hash {
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
@@ -341,15 +397,16 @@ func (r *Ring) First(slots []atomic.Uint32, now, n uint32) uint64 {
 // IsIdle reports whether head word h holds nothing that counts at tick now
 // or later (see "Time": a head newer than now is never idle).
 func (r *Ring) IsIdle(h uint64, now uint32) bool {
-	if h == Dead {
-		return false
+	if !live(h) {
+		return false // free, or being reset by a request (which is not idle)
 	}
 	last, _, _ := Unpack(h)
 	_, idle := r.effective(now, last)
 	return idle
 }
 
-// ReadyAt returns the tick from which head word h holds nothing.
+// ReadyAt returns the tick from which head word h holds nothing (for a ring
+// being reset: from which the resetting request's entries do not count).
 func (r *Ring) ReadyAt(h uint64) uint32 {
 	last, _, _ := Unpack(h)
 	return last + r.wq + 1

@@ -185,11 +185,9 @@ func (t *Flat) newTab(nb uint64) (*flatTab, error) {
 	// pointers); the words are referenced by the table, so they live as
 	// long as any reader holds it.
 	recs := unsafe.Slice((*Record)(unsafe.Pointer(&w[0])), len(w)/2)
-	if t.free != 0 {
-		for i := range recs {
-			recs[i].State.Store(t.free)
-		}
-	}
+	// The state words of empty slots stay zero, whatever Free is: a state
+	// is read only after its slot's hash matched, and Publish stores the
+	// state before the hash.
 	return &flatTab{recs: recs, nb: nb}, nil
 }
 
@@ -289,10 +287,11 @@ func (tab *flatTab) vacancy(h uint64) (*Record, bool) {
 // Claim reserves a record for hash h, which the caller found missing under
 // the lock, and returns the slot to Publish it in (under the same lock
 // hold) and readyAt, the time the caller must not date the new key's state
-// before (its slot's previous owner was freed then; 0 for a slot never
+// before (a tombstone's previous owner was freed then; 0 for a slot never
 // used). The record counts against MaxKeys; when none is left, Claim frees
 // an idle key of this shard for it (lazy reuse), and ok is false when it
-// finds none, or when growing the table would pass MaxBytes.
+// finds none, or when growing the table would pass MaxBytes. now is a
+// clock reading (never a caller's time).
 func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt int64, ok bool) {
 	if !t.reserve() && !t.reclaimOne(s, now) {
 		return nil, 0, false
@@ -312,6 +311,15 @@ func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt in
 		readyAt = s.freeReady
 	}
 	return rec, readyAt, true
+}
+
+// ClearIdleHint lets the next Claim in the shard of h look for an idle key
+// at once (a Reset has just made one idle).
+func (t *Flat) ClearIdleHint(h uint64) {
+	s := &t.shards[h&t.mask]
+	s.Lock()
+	s.idleHint = 0
+	s.Unlock()
 }
 
 // Publish stores a claimed record's first state and then its hash, which
@@ -443,12 +451,11 @@ func (t *Flat) reclaimOne(s *FlatShard, now int64) bool {
 	return false
 }
 
-// Sweep frees every idle key of the table as of now (each judged with a
-// fresh clock reading), and returns how many it freed. With total it frees
-// every key whose word does not move under it (see Table.Sweep). A shard
-// rebuilt while it is swept is swept again from its start, so every key
-// present throughout the sweep is examined. A shard left under a quarter
-// full is rebuilt smaller.
+// Sweep frees every idle key of the table as of now, a clock reading
+// (each judged with a fresh one), and returns how many it freed; total is
+// as for Table.Sweep. A shard rebuilt while it is swept is swept again from
+// its start, so every key present throughout the sweep is examined. A
+// shard left under a quarter full is rebuilt smaller.
 func (t *Flat) Sweep(now int64, total bool) int {
 	if t.idle == nil {
 		return 0

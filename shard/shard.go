@@ -1,24 +1,31 @@
-// Package shard is the key table: keys are hashed with a seeded xxhash, the
-// hash picks one of a power-of-two number of shards, and each shard maps the
-// hash to a record in its slab.
+// Package shard holds the key tables: a key is hashed under a per-table
+// random seed, the hash picks one of a power-of-two number of shards, and
+// each shard maps the hash to a record: a state word beside the key's hash.
+// There are two tables. Flat (SlidingCounter) keeps the record in the slot
+// the hash probes to, so a decision reads one cache line; see its doc.
+// Table (SlidingLog) keeps a small index of 4-byte entries that point to
+// records in slabs, each record followed by its ring of Limit ticks, which
+// would make a one-level table's empty slots too costly. Both follow one
+// reclamation protocol, stated below.
 //
 // # Identity
 //
-// A key's identity is its 64-bit seeded hash; the key bytes are not kept.
-// Two keys collide only if their 64-bit hashes are equal: with n keys the
-// chance that any two of them collide is about n^2 / 2^65, which is 2.7e-6
-// at 10 million keys (they would then share one limit). The seed is random
-// per Table, so nobody can craft keys that collide with a victim's.
+// A key's identity is its 64-bit hash (package keyhash: hash/maphash under
+// a random per-table seed); the key bytes are not kept. Two keys collide
+// only if their 64-bit hashes are equal: with n keys the chance that any
+// two of them collide is about n^2 / 2^65, which is 2.7e-6 at 10 million
+// keys (they would then share one limit). Nobody can craft keys that
+// collide with a victim's without the seed; keyhash's doc says why seeded
+// xxhash, which this package used before, does not give that.
 //
 // # Layout, and why it is pointer-free
 //
-// A record is two words: the algorithm's state word and the key's hash.
-// Records (and, for SlidingLog, their rings of uint32 ticks) live in chunks
-// allocated as plain []atomic.Uint64 / []atomic.Uint32 arrays, which hold no
-// pointers, so the garbage collector never scans key state: 10 million keys
-// are a few thousand chunk headers to the GC, not 10 million objects.
+// Records (and, for SlidingLog, their rings of uint32 ticks) live in
+// arrays of atomic words, which hold no pointers, so the garbage collector
+// never scans key state: 10 million keys are a few thousand array headers
+// to the GC, not 10 million objects.
 //
-// The index of a shard is an open-addressing table of uint32 entries
+// The index of a Table shard is an open-addressing table of uint32 entries
 // (linear probing): an 8-bit tag from the hash and a 24-bit record
 // reference. The tag spares most probes a look at the record; the record's
 // full hash confirms a match. 4-byte entries at a load factor between 0.4
@@ -32,41 +39,42 @@
 // gives the garbage collector 4 MB (100k keys) to 50 MB (1 M keys) of heap
 // to scan against our constant 0.12 MB. A limiter that must bound memory
 // and GC work for millions of keys wants the second pair of numbers, so the
-// pointer-free table stays.
+// pointer-free tables stay.
 //
 // # Concurrency
 //
-// Lookups take no lock: they load the shard's current index (an atomic
-// pointer), probe it with atomic loads, and confirm the record's hash.
-// Inserts, removals, index growth and sweeps of a shard happen under that
-// shard's mutex. Growth builds a new index and publishes it with one atomic
-// store; a reader still probing the old one may miss a key inserted after
-// the copy, and a reader may miss a key while a removal shifts entries back.
-// Such a miss is never final: callers treat a miss as "take the lock and
-// look again" before inserting, so one key never gets two records.
+// Lookups take no lock: they load the shard's current index or table (an
+// atomic pointer), probe it with atomic loads, and confirm the record's
+// hash. Inserts, removals, growth and sweeps of a shard happen under that
+// shard's mutex. Growth builds a new index (or table) and publishes it with
+// one atomic store; a reader still probing the old one may miss a key
+// inserted after the copy, and a reader may miss a key while a removal
+// shifts entries back. Such a miss is never final: callers treat a miss as
+// "take the lock and look again" before inserting, so one key never gets
+// two records.
 //
 // # Reclamation
 //
-// Records are recycled, and the whole protocol lives here, in one file. The
-// Table is given the algorithm's idle test (Config.Idle: does this state
+// Records are recycled, and the whole protocol lives in this package. A
+// table is given the algorithm's idle test (Config.Idle: does this state
 // word hold anything that counts at or after time now, and if so from when
-// on will it not) and the limiter's clock (Config.Now). A record holding a
-// key is freed by exactly one routine, tryFree, under the shard's lock, and
-// only like this:
+// on will it not) and the limiter's clock (Config.Now). Every time a table
+// judges idleness by is a clock reading, never a caller's time (a time
+// ahead of the clock, passed to AllowAt, must not make other keys idle). A
+// record holding a key is freed by exactly one routine, tryFree, under the
+// shard's lock, and only like this:
 //
 //  1. load the state word w;
 //  2. read the clock afresh (after the load) and take now' = max(now, that
-//     reading), so that a caller's stale time (a sweep that read the clock
-//     before walking a million records, a late AllowAt, a Peek) never judges
-//     a word written after it;
+//     reading), so that a stale reading (a sweep that read the clock before
+//     walking a million records) never judges a word written after it;
 //  3. free only if Idle(w, now') says w holds nothing from now' on (or, in
-//     a sweep the caller declares total, unconditionally: the caller knows
-//     that no state was written within a window of now');
+//     a total sweep, unconditionally: see Sweep);
 //  4. CAS the word from w to Free: the CAS fails if any request wrote the
 //     word since step 1 (the key became active again), and then nothing is
 //     freed;
-//  5. remove the key from the index and put the record on the free list,
-//     noting now' as the time from which it is reusable.
+//  5. remove the key from the index (Flat: mark its slot a tombstone) and
+//     note now' as the time from which the record is reusable.
 //
 // The idle test is the algorithm's: a word whose newest time is ahead of
 // now' (written at a later time than the clock shows) is never idle. Late
@@ -74,23 +82,32 @@
 // are harmless: their CAS on the word fails once it is Free, and a record is
 // reused for a new key only with state dated no earlier than its noted time,
 // which is after everything its previous owner wrote (package ring relies on
-// that for its slots).
+// that for its slots), and, by the caller, no earlier than a clock reading
+// taken under the shard's lock after it found the key missing: later than
+// any reading that freed the key's previous incarnation, so a request that
+// read the clock long ago cannot recreate a key, freed as idle, back in the
+// window that made it active.
 //
-// Three callers start the protocol: Sweep (every record of every shard),
-// FreeKey (one key whose state the caller found idle, so that it restarts
-// empty) and Alloc itself (a new key in a full shard reuses an idle record,
-// lazy reuse). Forget is the one way to free a record that is not idle
-// (engine's Reset): it is reusable only from the time its old state would
+// Two callers start the protocol: Sweep (every record of every shard, at a
+// clock reading) and Alloc/Claim (a new key when MaxKeys keys are held
+// reuses an idle record of its shard: lazy reuse, which examines at most
+// 64 records per new key, so that a flood of new keys at the bound costs
+// bounded work, and after a fruitless look skips looking until the soonest
+// idle time it saw or Config.Rescan; a Reset makes it look at once). Forget
+// is the one way to free a record that is not idle (engine's Reset of a
+// SlidingLog key): it is reusable only from the time its old state would
 // have emptied (deferred), so late writers still find newer values.
 //
 // # Capacity
 //
 // Config.MaxKeys bounds the records handed out in the whole Table (a global
 // count, not a per-shard split), so a new key overflows only when MaxKeys
-// records are in use, or free but held by other shards' free lists (they are
+// records are in use (idle ones included, until the sweep or lazy reuse
+// frees them), or free but held by other shards' free lists (they are
 // reused by those shards' keys; Len then reads below MaxKeys by that many).
 // A shard's own ceiling is its fair share times 4 plus 64 (for hashed keys
-// unreachable in practice), which keeps its chunk table small.
+// unreachable in practice), which keeps its chunk table small. Flat bounds
+// live keys the same way (see its doc).
 package shard
 
 import (
@@ -409,6 +426,7 @@ func (s *Shard) growChunks(t *Table) bool {
 // deferred one whose time has come (any of them, not only the oldest), a
 // fresh one while fewer than MaxKeys records are handed out in the Table,
 // or an idle one reclaimed on the spot (lazy reuse, see the package doc).
+// now is a clock reading (never a caller's time: see "Reclamation").
 // readyAt is a time from which the record's previous owner holds nothing
 // (0 for a fresh record); the caller must not date the new key's state
 // earlier. ok is false when none is available. Under the lock.
@@ -436,6 +454,15 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 		return ref, 0, true
 	}
 	return t.reclaimOne(s, now)
+}
+
+// ClearIdleHint lets the next Alloc in the shard of h look for an idle
+// record at once (a Reset has just made one idle).
+func (t *Table) ClearIdleHint(h uint64) {
+	s := t.Shard(h)
+	s.Lock()
+	s.idleHint = 0
+	s.Unlock()
 }
 
 // reserve takes one record of the table-wide bound, if any is left. A CAS
@@ -513,23 +540,8 @@ func (t *Table) tryFree(s *Shard, ref uint32, now int64, total bool) (freed bool
 }
 
 // Reclaimed returns how many idle records were freed so far (sweeps, lazy
-// reuse, FreeKey).
+// reuse).
 func (t *Table) Reclaimed() uint64 { return t.reclaimed.Load() }
-
-// FreeKey frees the record of hash h if it is idle (the caller found its
-// state too old to read, so the key restarts empty). It reports whether it
-// did; either way the caller looks the key up again.
-func (t *Table) FreeKey(h uint64, now int64) bool {
-	s := t.Shard(h)
-	s.Lock()
-	defer s.Unlock()
-	ref, ok := t.Find(s, h)
-	if !ok {
-		return false
-	}
-	freed, _ := t.tryFree(s, ref, now, false)
-	return freed
-}
 
 // Forget frees the record of hash h whether or not it is idle (a Reset):
 // it is reusable from the time its state would have emptied by itself, as
@@ -565,11 +577,13 @@ func (t *Table) Forget(h uint64, now int64) bool {
 // insert into the shard being swept waits microseconds, not a whole sweep.
 const sweepBatch = 512
 
-// Sweep frees every idle record of the Table as of now (each judged with a
-// fresh clock reading, see the package doc) and returns how many it freed.
-// With total, it frees every record whose word does not move under it: for
-// a caller that knows no state was written within a window of now (time
-// jumped far past all of them).
+// Sweep frees every idle record of the Table as of now, a clock reading
+// (each judged with a fresh one, see the package doc), and returns how
+// many it freed. With total, it frees every record whose word does not move
+// under it, without reading its time: for a caller that knows every state
+// was written far earlier than now (the clock jumped past all of them,
+// further than packed times can tell apart) and that no key is created
+// while it runs (package engine's wrap guard makes inserts wait for it).
 func (t *Table) Sweep(now int64, total bool) int {
 	if t.idle == nil {
 		return 0
