@@ -131,7 +131,8 @@
 // time its previous owner went empty), so that a request that read the
 // clock long ago cannot recreate a key, freed as idle meanwhile, back in
 // the window that made it active. A SlidingLog key whose window holds
-// nothing is reset in place by its next request, at that request's time.
+// nothing records its next request at that request's time, like any key
+// (its ring is rewritten first only if its oldest entry is 2^30 ticks old).
 //
 // What the sweep may reclaim: a key whose state holds nothing that counts
 // at or after the sweep's time, judged key by key with a clock reading
@@ -156,10 +157,11 @@
 // a key dated ahead of the clock is forgotten by such a sweep, and a
 // goroutine descheduled for more than 2^30 ticks in the middle of
 // recording may write a stale tick into a ring that is reused meanwhile. A
-// live ring spans at most (Limit+1) x (Window+1) ticks, because a request
-// that finds nothing counting resets it instead of writing into it; the
-// tick (Resolution) is 1 µs unless 2 x (Limit+1) x Window reaches 2^31 µs,
-// then the power of ten that keeps it below.
+// live ring spans less than 2^30 + (Limit+1) x (Window+1) ticks, because a
+// request that finds nothing counting and an entry older than 2^30 ticks
+// rewrites the ring before writing into it (package ring); the tick
+// (Resolution) is 1 µs unless 2 x (Limit+1) x Window reaches 2^31 µs, then
+// the power of ten that keeps it below.
 //
 // # Time source
 //

@@ -176,10 +176,9 @@ func New(cfg Config) (*Limiter, error) {
 
 // resolution returns the SlidingLog tick: the smallest power of ten of
 // nanoseconds, at least 1 µs, such that 2 x (Limit+1) x (Window+1 µs) is
-// below 2^31 ticks. A live ring spans at most (Limit+1) x (Wq+1) ticks (a
-// request that finds nothing counting resets the ring, see package ring),
-// so with this tick every comparison of a ring's 32-bit ticks is exact,
-// with a factor 2 to spare.
+// below 2^31 ticks. A live ring's entries are younger than 2^30 + (Limit+1)
+// x (Wq+1) ticks (see "Time" in package ring), so with this tick every
+// comparison of a ring's 32-bit ticks is exact.
 func resolution(limit int, window time.Duration) int64 {
 	span := 2 * float64(limit+1) * float64(window+time.Microsecond)
 	res := int64(1000)

@@ -59,22 +59,37 @@
 //     never judged empty by a time older than its newest entry.
 //   - otherwise, d in (Wq, 2^32 - LateMax): last is more than a window old,
 //     so nothing in the ring counts (Idle). Peek reports Idle without
-//     touching the ring. Take resets the ring in place before recording:
-//     it CASes the head to a resetting mark (next 0xFFFF, its tick in
-//     last), stores now-Wq-1 (outside the window from now on) into every
+//     touching the ring. Take records at now on the ring as it is, like any
+//     request, if the ring's oldest entry (the slot at next) is less than
+//     RewriteAge (2^30) ticks old. Otherwise it first resets the ring in
+//     place: it CASes the head to a resetting mark (next 0xFFFF, its tick
+//     in last), stores now-Wq-1 (outside the window from now on) into every
 //     slot, and CASes the head from the mark to the new ring holding its n
-//     requests. Never writing a new request into a ring whose entries are
-//     all old keeps the span of a live ring's ticks below (Limit+1) x
-//     (Wq+1), far below 2^31, which is what makes the int32 comparisons in
-//     raise exact. While the mark is up, other requests for the key get
-//     Busy and retry (the reset is Limit stores; only a resetter that is
+//     requests. While the mark is up, other requests for the key get Busy
+//     and retry (the reset is Limit stores; only a resetter that is
 //     descheduled in between makes them wait longer). The slot stores are
 //     plain stores, not raises: nobody else writes the ring while the mark
-//     is up, except late writers, whose ticks are at most last and so
-//     below the reset's tick (a raise never writes them over it). If the
-//     record is freed under the mark (a Reset), the final CAS fails and the
+//     is up, except late writers, whose ticks are at most last and so below
+//     the reset's tick (a raise never writes them over it). If the record
+//     is freed under the mark (a Reset), the final CAS fails and the
 //     request reports Stale; the stores it made are of a tick older than
 //     anything the record's next owner writes, and outside its windows.
+//
+// Why the oldest entry's age decides: every comparison of two ticks here
+// (inWindow's now-ts <= Wq, raise's int32(ts-c)) is exact only while the
+// true difference is below 2^31. A request that is not idle comes within
+// Wq of last, and overwrites the oldest entry; so between two idle
+// requests at most Limit requests rotate the ring, each within Wq of the
+// previous, and every entry is younger than RewriteAge + Limit x (Wq+1)
+// ticks, below 2^31 (package engine picks the tick so that 2 x (Limit+1)
+// x (Wq+1) < 2^31). An idle request that finds the oldest entry younger
+// than RewriteAge keeps that true; one that finds it older rewrites every
+// slot. The age it reads is exact: a live key's newest tick is never more
+// than 2^31 + Wq behind a decision (the engine's wrap guard) and the ring
+// spans less than 2^30 + Limit x (Wq+1) ticks behind it, less than 2^32 in
+// all. So a sparse key (idle between requests, the common case with many
+// keys) costs what an active one does; only a key left idle for 2^30 ticks
+// (17.9 min at 1 µs) without a sweep pays the Limit stores.
 //
 // The middle reading is unambiguous only while no live key is older than
 // 2^32 - LateMax - Wq ticks at the time of a request; package engine sweeps
@@ -91,6 +106,11 @@ const MaxLimit = 0xFFFF
 // LateMax is how far (in ticks) a request's time may be behind its key's
 // newest tick and still count at the newest; see "Time" above.
 const LateMax = 1 << 30
+
+// RewriteAge is the age (in ticks) of a ring's oldest entry from which a
+// request on the idle ring rewrites every slot before recording; see
+// "Time" above.
+const RewriteAge = 1 << 30
 
 // Dead is the head word of a record that holds no key.
 const Dead = uint64(0xFFFF) << 16
@@ -221,9 +241,16 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 		}
 		last, next, batch := Unpack(v)
 		t, idle := r.effective(now, last)
+		if idle && now-r.at(slots, last, next, batch, 0) < RewriteAge {
+			// Nothing counts, and even the oldest entry is young enough to
+			// be compared exactly (see "Time"): record at now on the ring
+			// as it is.
+			t, idle = now, false
+		}
 		if idle {
-			// Nothing counts: reset in place, then record on the empty ring
-			// (n <= m <= Limit always fits). See "Time".
+			// Nothing counts and the oldest entry is too old to compare:
+			// reset in place, then record on the empty ring (n <= m <=
+			// Limit always fits). See "Time".
 			mark := resetting(now)
 			if !head.CompareAndSwap(v, mark) {
 				continue

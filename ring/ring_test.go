@@ -217,12 +217,16 @@ func TestLateTimeCountsAtNewest(t *testing.T) {
 		if st, _ := r.Peek(&head, &id, 1, slots, old); st != Idle {
 			t.Fatalf("Peek %d ticks after the newest: %d, want Idle", age, st)
 		}
-		// Take resets the idle ring in place and records the request.
+		// Take records the request on the idle ring (resetting it in place
+		// first when its oldest entry is RewriteAge ticks old or more).
 		if st, _ := r.Take(&head, &id, 1, slots, old, 1, false); st != Allowed {
 			t.Fatalf("Take %d ticks after the newest: %d, want Allowed", age, st)
 		}
-		if last, _, _ := Unpack(head.Load()); last != old || slots[0].Load() != old-1000-1 {
-			t.Fatalf("after the reset: head %x, slot %d", head.Load(), slots[0].Load())
+		if last, _, _ := Unpack(head.Load()); last != old {
+			t.Fatalf("after the request: head %x", head.Load())
+		}
+		if age >= RewriteAge && slots[0].Load() != old-1000-1 {
+			t.Fatalf("ring %d ticks idle not rewritten: slot %d", age, slots[0].Load())
 		}
 		if st, _ := r.Take(&head, &id, 1, slots, old, 1, false); st != Denied {
 			t.Fatalf("second Take at %d: %d, want Denied", old, st)
@@ -230,9 +234,10 @@ func TestLateTimeCountsAtNewest(t *testing.T) {
 	}
 }
 
-// A ring that goes idle is reset in place by the next Take: every slot is
-// rewritten to a tick just outside the window (so the ring never spans more
-// than a window of live ticks plus the reset), the head carries the new
+// A ring that goes idle is written on as it is while its oldest entry is
+// younger than RewriteAge; from that age on the next Take resets it in
+// place: every slot is rewritten to a tick just outside the window (so no
+// comparison ever sees two ticks 2^31 apart), the head carries the new
 // request. While another request holds the resetting mark, Take and Peek
 // report Busy; a record freed under the mark makes the resetter Stale.
 func TestIdleRingResetsInPlace(t *testing.T) {
@@ -240,16 +245,26 @@ func TestIdleRingResetsInPlace(t *testing.T) {
 	var head, id atomic.Uint64
 	id.Store(5)
 	slots := make([]atomic.Uint32, 4)
-	head.Store(r.First(slots, 100, 3))
+	head.Store(r.First(slots, 100, 1))
 	if st, out := r.Take(&head, &id, 5, slots, 200, 2, true); st != Allowed || out.Remaining != 2 || out.ResetAfter != 11 {
 		t.Fatalf("Take on an idle ring: %d %+v", st, out)
 	}
+	if last, next, batch := Unpack(head.Load()); last != 200 || next != 3 || batch != 2 {
+		t.Fatalf("head after recording on the idle ring: %d %d %d", last, next, batch)
+	}
+	if v := slots[3].Load(); v != 100-10-1 {
+		t.Fatalf("an old slot was rewritten (%d) though the ring's oldest entry was young", v)
+	}
+	far := uint32(200 + RewriteAge + 5)
+	if st, out := r.Take(&head, &id, 5, slots, far, 2, true); st != Allowed || out.Remaining != 2 || out.ResetAfter != 11 {
+		t.Fatalf("Take on a ring idle RewriteAge ticks: %d %+v", st, out)
+	}
 	for i := range slots {
-		if v := slots[i].Load(); v != 200-10-1 {
-			t.Fatalf("slot %d = %d after the reset, want %d", i, v, 200-10-1)
+		if v := slots[i].Load(); v != far-10-1 {
+			t.Fatalf("slot %d = %d after the reset, want %d", i, v, far-10-1)
 		}
 	}
-	if last, next, batch := Unpack(head.Load()); last != 200 || next != 2 || batch != 2 {
+	if last, next, batch := Unpack(head.Load()); last != far || next != 2 || batch != 2 {
 		t.Fatalf("head after the reset: %d %d %d", last, next, batch)
 	}
 	head.Store(resetting(300))
