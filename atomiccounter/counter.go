@@ -264,8 +264,14 @@ func (c *Counter) Idle(w uint64, now int64) bool {
 	win, _ := c.At(now)
 	ww, prev, cur := Unpack(w)
 	d := (win - ww) & windowMask
-	if prev == 0 && cur == 0 { // Reset's word holds nothing from its window on
-		return d < 1<<WindowBits-LateWindows
+	if prev == 0 && cur == 0 {
+		// Reset's word holds nothing, but it is idle only from the next
+		// window on: a record freed in the word's own window could be
+		// reused by a key whose words (in that window) repeat the ones the
+		// Reset key had there, and a request of the Reset key that loaded
+		// one of them before the Reset could then CAS the new key's word.
+		// From the next window on, every word of a new key differs.
+		return d >= 1 && d < 1<<WindowBits-LateWindows
 	}
 	return d >= 2 && d < 1<<WindowBits-LateWindows
 }
@@ -280,16 +286,19 @@ func (c *Counter) ReadyAt(w uint64, now int64) int64 {
 	s := Snapshot{}
 	s.Window, s.Elapsed = c.At(now)
 	c.roll(w, &s) // s.Window is now the word's window if it is ahead
-	ww, _, _ := Unpack(w)
+	ww, prev, cur := Unpack(w)
 	full := s.Window - (s.Window-ww)&windowMask // the word's window, unmasked
+	if prev == 0 && cur == 0 {
+		return max(now, int64(satMul(full+1, c.window))) // Reset's word: see Idle
+	}
 	return max(now, int64(satMul(full+2, c.window)))
 }
 
 // Emptied returns the word that Reset stores: no counts, in now's window.
 // A request at a time behind now reads it as empty too (its window is
 // ahead of the request's, which counts at its start, with nothing in it),
-// so no request of the old state survives the Reset. It is idle two
-// windows on, like any word.
+// so no request of the old state survives the Reset. It is idle from the
+// next window on (see Idle).
 func (c *Counter) Emptied(now int64) uint64 {
 	win, _ := c.At(now)
 	return Pack(win, 0, 0)

@@ -66,35 +66,43 @@
 // collector scans almost nothing however many keys are tracked. The bytes
 // of key state stay below Config.MaxMemory (default 256 MiB): New converts
 // it to a key capacity, Config().MaxKeys. Per key: SlidingCounter 18 to 26
-// bytes (a 16-byte slot in a one-level table kept between 5/8 and 7/8
-// full), SlidingLog 16 bytes of record, 4 x Limit bytes of ring (rounded
-// up to 8) and 5-10 bytes of index. With defaults that is about 10 M
-// SlidingCounter keys, or 2.9 M SlidingLog keys at Limit 16.
+// bytes (a 16-byte slot in a one-level table grown at 7/8 full to 5/8 full,
+// and shrunk back to 5/8 by the sweep when it finds the table under 5/8),
+// SlidingLog 16 bytes of record, 4 x Limit bytes of ring (rounded up to 8)
+// and 5-10 bytes of index. With defaults that is about 10 M SlidingCounter
+// keys, or 2.9 M SlidingLog keys at Limit 16. Deciding on an existing key
+// never allocates; creating one may grow its shard's table (an allocation
+// per growth, geometric, so rare).
 //
 // A key whose window holds nothing is idle. The sweep (every SweepInterval)
 // reclaims idle keys, and a new key that finds the bound reached reuses an
-// idle key of its shard on the spot (lazy reuse: it examines up to 64 keys,
-// and after a fruitless look its shard does not look again before the
-// soonest idle time it saw, or Window/8; a Reset makes it look at once).
-// Active keys are never evicted: when the bound is reached and lazy reuse
-// finds no idle key, a new key is not tracked, and Config.Overflow decides
-// it (OverflowAllow: as an empty key, i.e. allowed; OverflowDeny: denied);
-// Stats counts these. So a flood of
-// never-seen keys can neither grow memory past the bound nor reset the state
-// of a key that is being limited; it can only leave further new keys
-// untracked until tracked ones go idle. A key forgotten by Reset, or
-// reclaimed while idle, restarts with an empty window. (Reset of a
-// SlidingLog key frees its record, which counts against the bound until the
-// old window would have emptied, at most one Window: see Reset.) The bound
-// covers the index and the slabs; freed records are chained through their
-// own hash words, so the free list costs nothing on top.
+// idle key of its shard on the spot (lazy reuse: it examines up to 64
+// records of the shard, and after a fruitless look its shard does not look
+// again before the soonest idle time it saw, or Window/8; a Reset makes it
+// look at once). Lazy reuse is a sample, bounded so that a flood of new
+// keys at the bound costs bounded work: a new key can overflow while an
+// idle key sits elsewhere in its shard; the next sweep frees it. Active
+// keys are never evicted: when the bound is reached and lazy reuse finds
+// no idle key, a new key is not tracked, and Config.Overflow decides it
+// (OverflowAllow: as an empty key, i.e. allowed; OverflowDeny: denied);
+// Stats counts these. So a flood of never-seen keys can neither grow
+// memory past the bound nor reset the state of a key that is being
+// limited; it can only leave further new keys untracked until tracked ones
+// go idle. A key forgotten by Reset, or reclaimed while idle, restarts with
+// an empty window. (Reset of a SlidingLog key frees its record, which
+// counts against the bound until the old window would have emptied, at
+// most one Window; a SlidingCounter key emptied by Reset is reusable from
+// the next window on: see Reset.) The bound covers the tables and the
+// slabs; freed records are chained through their own hash words (or left as
+// tombstones in the one-level table), so they cost nothing on top.
 //
-// The bound is on the whole table, not split over shards: overflow starts
-// once Config().MaxKeys records are handed out and the new key's shard has
-// none free or idle. Records freed by the sweep stay with their shard (they
-// are reused by that shard's new keys), so after a sweep Len can read below
-// MaxKeys while a new key in another shard overflows; with every tracked
-// key active, overflow starts exactly at Len == MaxKeys.
+// The bound is on the whole table, not split over shards: a new key can
+// overflow only once Config().MaxKeys keys are tracked (idle ones count
+// until the sweep or lazy reuse frees them). SlidingLog records freed by
+// the sweep stay with their shard (they are reused by that shard's new
+// keys), so after a sweep Len can read below MaxKeys while a new key in
+// another shard overflows; with every tracked key active, overflow starts
+// exactly at Len == MaxKeys.
 //
 // # Time
 //

@@ -43,7 +43,7 @@ type Limiter struct {
 	sweepMu  sync.Mutex
 
 	// A caller's time is bounded to within lead of the clock (see at):
-	// horizon is the latest clock reading at has seen.
+	// horizon is the latest reading of a Config.Clock the Limiter noted.
 	horizon atomic.Int64
 	lead    int64
 
@@ -161,7 +161,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.cfg.MaxKeys = int(maxKeys)
 		l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
-			Idle: l.idle, Now: now, Rescan: max(l.window/8, 1)})
+			Idle: l.idle, Now: now, Transient: ring.Resetting, Rescan: max(l.window/8, 1)})
 	}
 	if l.clock == nil {
 		coarseAcquire()
@@ -199,12 +199,43 @@ func (l *Limiter) Resolution() time.Duration { return time.Duration(l.res) }
 // this same clock.
 func (l *Limiter) Now() int64 {
 	if l.clock != nil {
-		return l.clock.Now()
+		n := l.clock.Now()
+		// Note the reading for the bound on callers' times (see at). A
+		// store only when the reading is an eighth of the lead past the
+		// last one noted: the line is read by every AllowAt and written
+		// rarely.
+		if rel := l.rel(n); rel > satAdd(l.horizon.Load(), l.lead/8) {
+			l.noteHorizon(rel)
+		}
+		return n
 	}
 	if l.closed.Load() {
 		return int64(time.Since(coarse.base)) // the cached clock may have stopped
 	}
 	return coarseNow()
+}
+
+// noteHorizon raises horizon to rel (it never goes back).
+func (l *Limiter) noteHorizon(rel int64) int64 {
+	for {
+		h := l.horizon.Load()
+		if rel <= h || l.horizon.CompareAndSwap(h, rel) {
+			return max(h, rel)
+		}
+	}
+}
+
+// horizonNow is the clock reading callers' times are bounded around: for
+// the engine's own clock a reading of it (an atomic load of the cached
+// reading, fresh within ClockRefresh), for a Config.Clock the latest
+// reading the Limiter made
+// (Now, which every decision without an explicit time, the sweep and at's
+// slow path call), at most an eighth of the lead behind it.
+func (l *Limiter) horizonNow() int64 {
+	if l.clock == nil {
+		return l.rel(l.Now())
+	}
+	return l.horizon.Load()
 }
 
 // at converts a caller's time (AllowAt and friends) to ns since the epoch,
@@ -214,24 +245,17 @@ func (l *Limiter) Now() int64 {
 // latest clock reading seen and two comparisons; outside it, a clock read.
 func (l *Limiter) at(now int64) int64 {
 	rel := l.rel(now)
-	if h := l.horizon.Load(); rel <= satAdd(h, l.lead) && rel >= h-l.lead {
+	// Within [h-lead, h+lead] of a reading h at most lead/8 old, rel is
+	// within lead+lead/8 of the clock, far inside the lateness bound
+	// (4 x lead) that the bound protects.
+	if h := l.horizonNow(); rel <= satAdd(h, l.lead) && rel >= h-l.lead {
 		return rel
 	}
 	return l.atSlow(rel)
 }
 
 func (l *Limiter) atSlow(rel int64) int64 {
-	c := l.rel(l.Now())
-	for {
-		h := l.horizon.Load()
-		if c <= h {
-			c = h
-			break
-		}
-		if l.horizon.CompareAndSwap(h, c) {
-			break
-		}
-	}
+	c := l.noteHorizon(l.rel(l.Now()))
 	return min(max(rel, c-l.lead), satAdd(c, l.lead))
 }
 
@@ -283,8 +307,8 @@ func satMul(a, b int64) int64 {
 func (l *Limiter) catchUp(rel int64) {
 	l.sweepMu.Lock()
 	now := l.rel(l.Now())
-	if due := l.sweepDue.Load(); now >= due {
-		l.sweepAt(now, now-due >= l.guard)
+	if l.guardDue(now) {
+		l.sweepAt(now, now-l.sweepDue.Load() >= l.guard)
 	}
 	l.sweepMu.Unlock()
 }
@@ -308,7 +332,8 @@ func (l *Limiter) sweepAt(at int64, total bool) int {
 func (l *Limiter) Config() Config { return l.cfg }
 
 // Allow reports whether one request for key is admitted now, and records it
-// if so. It does not allocate.
+// if so. It does not allocate for an existing key (creating one may grow
+// its shard's table: see the package doc).
 func (l *Limiter) Allow(key string) bool {
 	rel := l.rel(l.Now())
 	if rel >= l.sweepDue.Load() {
@@ -358,7 +383,8 @@ func (l *Limiter) AllowN(key string, n int) Decision {
 
 // AllowNWithLimit is AllowN deciding with limit instead of Config.Limit, for
 // keys whose quota differs (premium tiers, limits read from a database)
-// without a Limiter per tier. It does not allocate. The key's history is
+// without a Limiter per tier. It does not allocate for an existing key.
+// The key's history is
 // the same whatever limit a call passes: SlidingLog admits iff fewer than
 // limit-n+1 recorded requests lie in the window, SlidingCounter iff the
 // estimate plus n is at most limit. The Window is Config.Window.
@@ -504,7 +530,16 @@ func satAdd(a, b int64) int64 {
 // sweep free every key it finds (see catchUp).
 func (l *Limiter) insertClock() (clk int64, due bool) {
 	clk = l.rel(l.Now())
-	return clk, clk >= l.sweepDue.Load()
+	return clk, l.guardDue(clk)
+}
+
+// guardDue reports whether the wrap guard's sweep is due at clock reading
+// now. A sweepDue of MaxInt64 (a clock 2^63 ns from the epoch saturated
+// it) is never due: no clock can pass it, and a sweep at it changes
+// nothing.
+func (l *Limiter) guardDue(now int64) bool {
+	due := l.sweepDue.Load()
+	return now >= due && due != math.MaxInt64
 }
 
 // overflow decides a new key that cannot be tracked (Config.Overflow).
@@ -676,11 +711,14 @@ func (l *Limiter) peekCounter(key string, rel int64) Decision {
 
 // Reset forgets key's state: its next request starts on an empty window.
 //
-// SlidingCounter empties the key's word in place. SlidingLog cannot empty a
-// ring in place without breaking the ring's only-raise rule that keeps late
-// writers harmless, so it frees the key's record; the record is reused (for
-// any key) only once the old state would have emptied by itself, at most
-// one Window later, and until then it counts against the key bound.
+// SlidingCounter empties the key's word in place; the emptied key is idle
+// (the sweep or lazy reuse may free it) from the next window on, not in
+// its own, where a new key's words could repeat the ones it had. SlidingLog
+// cannot empty a ring in place without breaking the ring's only-raise rule
+// that keeps late writers harmless, so it frees the key's record; the
+// record is reused (for any key) only once the old state would have
+// emptied by itself, at most one Window later, and until then it counts
+// against the key bound.
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) {

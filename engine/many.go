@@ -10,8 +10,9 @@ const manyGroup = 16
 
 // AllowMany decides one request for each of keys, in order, as that many
 // calls of Allow at one moment would (one clock reading for the batch),
-// and appends the answers to dst, which it returns. It allocates only when
-// dst lacks room for len(keys) more answers.
+// and appends the answers to dst, which it returns. It does not allocate
+// when dst has room for len(keys) more answers and the keys exist
+// (creating keys may grow tables, as Allow does).
 //
 // It is for a caller that has many keys to decide at once (a batch of
 // requests, a fan-out): when the keys' state is not in the CPU caches

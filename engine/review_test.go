@@ -197,8 +197,15 @@ func TestLazyReuseSeesResetAndJudgesByClock(t *testing.T) {
 			t.Fatal("setup: the table is full of active keys, c must overflow")
 		}
 		l.Reset("a")
-		if d := l.AllowAt("c", now+1); !d.Allowed {
-			t.Errorf("new key overflowed although Reset emptied a's record: %+v", l.Stats())
+		// a's record is reusable from the window after its Reset (second
+		// review, finding 3: in the same window a new key's words could
+		// repeat a's, and a stale CAS of a's land on them).
+		if l.AllowAt("c", now+1).Allowed {
+			t.Errorf("new key took a's record in the window of its Reset: %+v", l.Stats())
+		}
+		clk.t.Add(int64(W))
+		if d := l.AllowAt("c", clk.Now()); !d.Allowed {
+			t.Errorf("new key overflowed a window after Reset emptied a's record: %+v", l.Stats())
 		}
 	})
 	for _, a := range algorithms {
@@ -304,6 +311,100 @@ func TestWaitShortRetryBeforeDeadline(t *testing.T) {
 		cancel()
 		if err != nil && errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "would pass the context deadline") {
 			t.Fatalf("Wait refused at once though RetryAfter %v falls 600µs before the deadline: %v", d.RetryAfter, err)
+		}
+	}
+}
+
+// Second review, finding 3: a SlidingCounter key emptied by Reset was idle
+// at once, so lazy reuse could give its slot to a new key in the same
+// window, whose words then repeated the old key's: a request of the old key
+// that loaded its word before the Reset and CASes late succeeded on the
+// new key's record. The Reset key is reusable only from the next window,
+// where every word of a new key differs. (The late request is played out
+// at the point where Take has loaded the word and checked the hash.)
+func TestCounterResetReuseNoABA(t *testing.T) {
+	const L = 10
+	clk, l := startedClock(t, Config{Algorithm: SlidingCounter, Limit: L, Window: time.Second, Shards: 1, MaxKeys: 4, Overflow: OverflowDeny, SweepInterval: time.Hour})
+	keys := []string{"K", "f1", "f2", "f3"}
+	now := clk.Now()
+	for _, k := range keys {
+		l.AllowAt(k, now)
+	}
+	l.AllowNAt("K", 2, now) // K: (w, 0, 3)
+	_, rec := l.flat.Lookup(l.flat.Hash("K"))
+	w1 := rec.State.Load() // a request for K loads the word and checks the hash ...
+	l.Reset("K")           // ... and is descheduled while K is Reset
+	for _, step := range []int64{1, int64(time.Second)} {
+		clk.t.Add(step)
+		if d := l.AllowAt("V", clk.Now()); !d.Allowed {
+			continue // no room yet (the Reset key is reusable from the next window)
+		}
+		l.AllowNAt("V", 2, clk.Now())
+		if rec.State.CompareAndSwap(w1, w1+1) { // the late request for K resumes
+			t.Fatalf("K's late CAS succeeded on the record V took %v after K's Reset", time.Duration(clk.Now()-now))
+		}
+		adm := 3
+		for i := 0; i < 2*L; i++ {
+			if l.AllowAt("V", clk.Now()).Allowed {
+				adm++
+			}
+		}
+		if adm != L {
+			t.Fatalf("V admitted %d at one instant, want Limit %d", adm, L)
+		}
+		return
+	}
+	t.Fatalf("V never got a record: %+v", l.Stats())
+}
+
+// Second review, finding 4: a clock 2^63 ns from the epoch saturated the
+// guard's sweepDue at MaxInt64, and every insert found the guard due
+// forever (sweep, look again, sweep): Allow on a new key never returned.
+func TestSaturatedClockDoesNotHang(t *testing.T) {
+	for _, a := range algorithms {
+		for _, start := range []int64{0, math.MinInt64} {
+			clk := &fakeClock{}
+			clk.t.Store(start)
+			l := newLimiter(t, Config{Algorithm: a, Limit: 2, Window: time.Second, Clock: clk, SweepInterval: time.Hour})
+			l.Allow("old")
+			clk.t.Store(math.MaxInt64)
+			done := make(chan bool)
+			go func() { done <- l.Allow("new") }()
+			select {
+			case ok := <-done:
+				if !ok {
+					t.Errorf("%v: the first request of a new key was denied", a)
+				}
+			case <-time.After(time.Minute): // a hang, not a speed: any machine answers in microseconds
+				t.Fatalf("%v, clock from %d to MaxInt64: Allow on a new key did not return", a, start)
+			}
+		}
+	}
+}
+
+// Second review, finding 1: the bound on a caller's time was measured from
+// a horizon that only an out-of-bound call advanced, so after a while of
+// clock-read decisions a time far behind the clock passed as in bounds,
+// read as "idle" and wiped a full key.
+func TestStaleCallerTimeBoundedByClock(t *testing.T) {
+	for _, a := range algorithms {
+		for _, run := range []time.Duration{50 * time.Minute, 150 * time.Minute} {
+			clk := &fakeClock{}
+			l := newLimiter(t, Config{Algorithm: a, Limit: 2, Window: time.Millisecond, Clock: clk, SweepInterval: time.Hour})
+			for t := time.Duration(0); t < run; t += time.Minute { // decisions that read the clock
+				clk.t.Store(int64(t))
+				l.Allow("other")
+			}
+			clk.t.Store(int64(run))
+			l.AllowN("hot", 2)
+			for _, stale := range []int64{0, int64(time.Millisecond)} {
+				if d := l.AllowAt("hot", stale); d.Allowed {
+					t.Fatalf("%v after %v: AllowAt(hot, %d), %v behind the clock, admitted on a full key: %+v", a, run, stale, run, d)
+				}
+			}
+			if l.Allow("hot") {
+				t.Fatalf("%v after %v: the full key was wiped by a stale time", a, run)
+			}
 		}
 	}
 }

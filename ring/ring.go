@@ -70,10 +70,12 @@
 //     descheduled in between makes them wait longer). The slot stores are
 //     plain stores, not raises: nobody else writes the ring while the mark
 //     is up, except late writers, whose ticks are at most last and so below
-//     the reset's tick (a raise never writes them over it). If the record
-//     is freed under the mark (a Reset), the final CAS fails and the
-//     request reports Stale; the stores it made are of a tick older than
-//     anything the record's next owner writes, and outside its windows.
+//     the reset's tick (a raise never writes them over it). Nothing frees
+//     a record under the mark (a sweep finds it not idle; a Reset waits
+//     for the mark to go, see package shard's Config.Transient), so the
+//     final CAS cannot fail for that reason, and no store of the reset can
+//     land in a later owner's ring. (Should the final CAS fail all the
+//     same, the request reports Stale and is decided again.)
 //
 // Why the oldest entry's age decides: every comparison of two ticks here
 // (inWindow's now-ts <= Wq, raise's int32(ts-c)) is exact only while the
@@ -122,6 +124,11 @@ func resetting(now uint32) uint64 { return Pack(now, 0xFFFF, 1) }
 // live reports whether head word h is a live ring's (not Dead, not being
 // reset).
 func live(h uint64) bool { return h>>16&0xFFFF != 0xFFFF }
+
+// Resetting reports whether head word h marks a ring that a request is
+// resetting in place: its record must not be freed until the mark is gone
+// (the request's slot stores are plain stores, see "Time").
+func Resetting(h uint64) bool { return !live(h) && h != Dead }
 
 // Pack builds a head word.
 func Pack(last, next, batch uint32) uint64 {

@@ -32,8 +32,12 @@ import (
 // A shard's table is rebuilt when its live keys plus tombstones would pass
 // 7/8 of its slots, to live/(5/8) slots: the load stays between 5/8 and
 // 7/8, so a key costs between 18.3 and 25.6 bytes of table (plus a shard's
-// two-bucket minimum). A sweep that leaves a table under a quarter full
-// rebuilds it smaller, so memory taken by a flood of keys comes back.
+// two-bucket minimum). A sweep that leaves a table under 5/8 full rebuilds
+// it to 5/8, so memory taken by a flood of keys comes back, and the bound
+// per key holds again after every sweep. (Between a sweep's frees and its
+// rebuild of that shard, and for tombstones left by lazy reuse, a table
+// holds fewer live keys than it was sized for; MaxBytes bounds it all the
+// same.)
 //
 // A rebuild runs under the shard's lock and moves every live record to the
 // new table: it CASes the old slot's state word to the Moved word (which
@@ -455,7 +459,7 @@ func (t *Flat) reclaimOne(s *FlatShard, now int64) bool {
 // (each judged with a fresh one), and returns how many it freed; total is
 // as for Table.Sweep. A shard rebuilt while it is swept is swept again from
 // its start, so every key present throughout the sweep is examined. A
-// shard left under a quarter full is rebuilt smaller.
+// shard left under 5/8 full is rebuilt to 5/8.
 func (t *Flat) Sweep(now int64, total bool) int {
 	if t.idle == nil {
 		return 0
@@ -479,7 +483,7 @@ func (t *Flat) Sweep(now int64, total bool) int {
 				tab, pos = nt, 0
 			}
 		}
-		if live := s.live.Load(); tab.nb > minBuckets && uint64(live)*4 < tab.nb*bucketSlots && bucketsFor(live) < tab.nb {
+		if live := s.live.Load(); tab.nb > minBuckets && uint64(live)*8 < tab.nb*bucketSlots*5 && bucketsFor(live) < tab.nb {
 			_, _ = t.rebuild(s, live) // shrinking never passes MaxBytes
 		}
 		s.Unlock()

@@ -111,6 +111,7 @@
 package shard
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -178,6 +179,10 @@ type Config struct {
 	Idle func(w uint64, now int64) (idle bool, readyAt int64)
 	// Now reads the clock Idle's times come from (required with Idle).
 	Now func() int64
+	// Transient reports whether a state word is being rewritten by a
+	// request that owns the record for the moment (SlidingLog's in-place
+	// ring reset): Forget waits until it is not. Such a word is never idle.
+	Transient func(w uint64) bool
 	// Rescan is the longest a full shard skips lazy-reuse scans after one
 	// found nothing idle (the scan saw only a sample); 0 means 1.
 	Rescan int64
@@ -198,6 +203,7 @@ type Table struct {
 	allocated  atomic.Int64 // records handed out of chunks, all shards
 	idle       func(w uint64, now int64) (bool, int64)
 	now        func() int64
+	transient  func(w uint64) bool
 	rescan     int64
 	reclaimed  atomic.Uint64 // records freed by tryFree
 }
@@ -272,6 +278,7 @@ func New(c Config) *Table {
 		capacity:   int64(c.MaxKeys),
 		idle:       c.Idle,
 		now:        c.Now,
+		transient:  c.Transient,
 		rescan:     max(c.Rescan, 1),
 	}
 	nchunks := (per + rpc - 1) / rpc
@@ -520,7 +527,10 @@ func (t *Table) reclaimOne(s *Shard, now int64) (ref uint32, readyAt int64, ok b
 func (t *Table) tryFree(s *Shard, ref uint32, now int64, total bool) (freed bool, readyAt int64) {
 	rec, _ := t.Record(s, ref)
 	w := rec.State.Load()
-	if w == t.free {
+	if w == t.free || t.transient != nil && t.transient(w) {
+		// Free already, or being rewritten by a request (never freed, not
+		// even by a total sweep: its plain stores would land in the next
+		// owner's ring).
 		return false, 0
 	}
 	// A fresh reading, after the load: the word cannot have been written at
@@ -556,9 +566,24 @@ func (t *Table) Forget(h uint64, now int64) bool {
 		return false
 	}
 	rec, _ := t.Record(s, ref)
-	now = max(now, t.now())
 	for {
 		w := rec.State.Load()
+		if t.transient != nil && t.transient(w) {
+			// A request is rewriting the record with plain stores (package
+			// ring's reset): freeing it now would let a new owner's state
+			// be overwritten by stores still to come. The rewrite is Limit
+			// stores and ends with a CAS nothing else can take: wait for it
+			// without the lock.
+			s.Unlock()
+			runtime.Gosched()
+			s.Lock()
+			if ref, ok = t.Find(s, h); !ok {
+				return false
+			}
+			rec, _ = t.Record(s, ref)
+			continue
+		}
+		now := max(now, t.now())
 		ready := now
 		if t.idle != nil {
 			if idle, at := t.idle(w, now); !idle {
