@@ -611,9 +611,15 @@ func TestResetDoesNotExhaustCapacity(t *testing.T) {
 		l.Reset(k)
 	}
 	clk.t.Add(int64(time.Minute))
-	for i := 0; i < 100; i++ {
+	if !l.Allow("newcomer") { // lazy reuse: a sample of the shard holds Reset keys
+		t.Fatalf("new key refused a window after the Resets: %+v", l.Stats())
+	}
+	if n := l.Sweep(); n != 99 || l.Len() != 1 { // the sweep frees every other Reset key
+		t.Fatalf("a window after the Resets the sweep freed %d, Len %d; want 99 and 1", n, l.Len())
+	}
+	for i := 1; i < 100; i++ {
 		if d := l.Allow(fmt.Sprint("newcomer-", i)); !d {
-			t.Fatalf("new key %d refused a window after the Resets: %+v", i, l.Stats())
+			t.Fatalf("new key %d refused after the sweep: %+v", i, l.Stats())
 		}
 	}
 	// SlidingLog frees the record and reuses it after the old window.
