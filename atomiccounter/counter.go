@@ -12,9 +12,13 @@
 // window is the window number (time since the limiter's epoch divided by
 // Window) modulo 2^24; prev and cur are the counts of windows window-1 and
 // window, saturating at MaxCount = 2^20-1 (so the largest Limit is
-// MaxCount). A stored word always has cur >= 1, because a word is only
-// written when a request is recorded in the window it names; hence 0 never
-// is a live state and marks a free record (Free).
+// MaxCount). A word that records requests has cur >= 1 (it is written when
+// a request is recorded in the window it names); the one live word with no
+// count at all is Reset's (window w, prev 0, cur 0: empty, and dated w so
+// that a late request does not read it as older). So a word with cur = 0
+// and prev != 0 is never a key's state, and two of them mark records that
+// hold no key: a free record (Free: prev 1) and a record a table rebuild
+// moved to a new table (Moved: prev 2). Take and Peek report both as Stale.
 //
 // # Algorithm
 //
@@ -80,7 +84,15 @@ const (
 )
 
 // Free is the word of a record that holds no key.
-const Free uint64 = 0
+const Free uint64 = 1 << CountBits
+
+// Moved is the word a table rebuild leaves in a record it moved elsewhere
+// (see package shard's Flat): not live, not Free.
+const Moved uint64 = 2 << CountBits
+
+// live reports whether w is a key's state (not Free, not Moved): cur >= 1,
+// or prev = cur = 0 (Reset's word).
+func live(w uint64) bool { return w&countMask != 0 || w&(countMask<<CountBits) == 0 }
 
 // LateWindows is how many windows a request's time may be behind its key's
 // newest window and still count at that window; see "Time" above.
@@ -198,7 +210,7 @@ func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uin
 	win, el := c.At(now)
 	for {
 		w := st.Load()
-		if w == Free || id.Load() != hash {
+		if !live(w) || id.Load() != hash {
 			return Stale, Snapshot{}
 		}
 		s := Snapshot{Window: win, Elapsed: el}
@@ -224,7 +236,7 @@ func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uin
 func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, Snapshot) {
 	win, el := c.At(now)
 	w := st.Load()
-	if w == Free || id.Load() != hash {
+	if !live(w) || id.Load() != hash {
 		return Stale, Snapshot{}
 	}
 	s := Snapshot{Window: win, Elapsed: el}
@@ -244,14 +256,23 @@ func (c *Counter) First(now int64, n uint32) uint64 {
 
 // Idle reports whether word w holds nothing that can count at now or later:
 // it is two or more windows old, and not ahead of now (see "Time"). Free
-// words are not idle (they are already free).
+// and Moved words are not idle (they hold no key).
 func (c *Counter) Idle(w uint64, now int64) bool {
-	if w == Free {
+	if !live(w) {
 		return false
 	}
 	win, _ := c.At(now)
-	ww, _, _ := Unpack(w)
+	ww, prev, cur := Unpack(w)
 	d := (win - ww) & windowMask
+	if prev == 0 && cur == 0 {
+		// Reset's word holds nothing, but it is idle only from the next
+		// window on: a record freed in the word's own window could be
+		// reused by a key whose words (in that window) repeat the ones the
+		// Reset key had there, and a request of the Reset key that loaded
+		// one of them before the Reset could then CAS the new key's word.
+		// From the next window on, every word of a new key differs.
+		return d >= 1 && d < 1<<WindowBits-LateWindows
+	}
 	return d >= 2 && d < 1<<WindowBits-LateWindows
 }
 
@@ -265,16 +286,22 @@ func (c *Counter) ReadyAt(w uint64, now int64) int64 {
 	s := Snapshot{}
 	s.Window, s.Elapsed = c.At(now)
 	c.roll(w, &s) // s.Window is now the word's window if it is ahead
-	ww, _, _ := Unpack(w)
+	ww, prev, cur := Unpack(w)
 	full := s.Window - (s.Window-ww)&windowMask // the word's window, unmasked
+	if prev == 0 && cur == 0 {
+		return max(now, int64(satMul(full+1, c.window))) // Reset's word: see Idle
+	}
 	return max(now, int64(satMul(full+2, c.window)))
 }
 
-// Emptied returns the word that Reset stores: counts that are already two
-// windows old at now, hence empty, in a word that is not Free.
+// Emptied returns the word that Reset stores: no counts, in now's window.
+// A request at a time behind now reads it as empty too (its window is
+// ahead of the request's, which counts at its start, with nothing in it),
+// so no request of the old state survives the Reset. It is idle from the
+// next window on (see Idle).
 func (c *Counter) Emptied(now int64) uint64 {
 	win, _ := c.At(now)
-	return Pack(win-2, 0, 1)
+	return Pack(win, 0, 0)
 }
 
 // Describe turns a snapshot into the figures of a Decision after n requests

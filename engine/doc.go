@@ -44,52 +44,80 @@
 // clock admit exactly Limit, also when the key is new and they race to
 // create it: creation happens under the shard's lock, so one key never has
 // two states. A key's time never goes back: a request that read the clock
-// before a concurrent one and loses the race counts at the later time.
+// before a concurrent one and loses the race counts at the later time. (Two
+// short waits: a SlidingLog request that finds its key's ring being reset
+// in place by another yields until those Limit stores are done, and a
+// SlidingCounter request that finds its key being moved by a table rebuild
+// waits for the shard's lock.)
 //
 // # Keys and their identity
 //
 // Any string is a key (empty, 1 MB long, invalid UTF-8). A key's identity is
-// its 64-bit xxhash under a random per-Limiter seed; the key bytes are not
-// stored. Two distinct keys share a state only if their hashes collide: the
-// chance that any two of 10 million keys do is about 2.7 in a million
-// (n^2/2^65), and nobody can aim a collision at a victim without the seed.
+// its 64-bit hash (hash/maphash under a random per-Limiter seed); the key
+// bytes are not stored. Two distinct keys share a state only if their
+// hashes collide: the chance that any two of 10 million keys do is about
+// 2.7 in a million (n^2/2^65), and nobody can aim a collision at a victim
+// without the seed (package internal/keyhash says why a seeded xxhash,
+// which has seed-independent collisions, would not do).
 //
 // # Memory bound and eviction
 //
-// Key state lives in pointer-free slabs (package shard), so the garbage
+// Key state lives in pointer-free arrays (package shard), so the garbage
 // collector scans almost nothing however many keys are tracked. The bytes
-// of key state (index and slabs) stay below Config.MaxMemory (default
-// 256 MiB): New converts it to a key capacity, Config().MaxKeys. Per key:
-// 16 bytes of record, 4 x Limit bytes of ring (SlidingLog), and 5-10 bytes
-// of index. With defaults that is about 10 M SlidingCounter keys, or 2.9 M
-// SlidingLog keys at Limit 16.
+// of key state stay below Config.MaxMemory (default 256 MiB): New converts
+// it to a key capacity, Config().MaxKeys. Per key: SlidingCounter 18 to 26
+// bytes (a 16-byte slot in a one-level table grown at 7/8 full to 5/8 full,
+// and shrunk back to 5/8 by the sweep when it finds the table under 5/8),
+// SlidingLog 16 bytes of record, 4 x Limit bytes of ring (rounded up to 8)
+// and 5-10 bytes of index. With defaults that is about 10 M SlidingCounter
+// keys, or 2.9 M SlidingLog keys at Limit 16. Deciding on an existing key
+// never allocates; creating one may grow its shard's table (an allocation
+// per growth, geometric, so rare).
 //
 // A key whose window holds nothing is idle. The sweep (every SweepInterval)
-// reclaims idle keys, and a new key that finds its shard full reuses an idle
-// one on the spot (lazy reuse). Active keys are never evicted: when the
-// bound is reached and every tracked key is active, a new key is not
-// tracked, and Config.Overflow decides it (OverflowAllow: as an empty key,
-// i.e. allowed; OverflowDeny: denied); Stats counts these. So a flood of
-// never-seen keys can neither grow memory past the bound nor reset the state
-// of a key that is being limited; it can only leave further new keys
-// untracked until tracked ones go idle. A key forgotten by Reset, or
-// reclaimed while idle, restarts with an empty window. (Reset of a
-// SlidingLog key frees its record, which counts against the bound until the
-// old window would have emptied, at most one Window: see Reset.) The bound
-// covers the index and the slabs; freed records are chained through their
-// own hash words, so the free list costs nothing on top.
+// reclaims idle keys, and a new key that finds the bound reached reuses an
+// idle key of its shard on the spot (lazy reuse: it examines up to 64
+// records of the shard, and after a fruitless look its shard does not look
+// again before the soonest idle time it saw, or Window/8; a Reset makes it
+// look at once). Lazy reuse is a sample, bounded so that a flood of new
+// keys at the bound costs bounded work: a new key can overflow while an
+// idle key sits elsewhere in its shard; the next sweep frees it. Active
+// keys are never evicted: when the bound is reached and lazy reuse finds
+// no idle key, a new key is not tracked, and Config.Overflow decides it
+// (OverflowAllow: as an empty key, i.e. allowed; OverflowDeny: denied);
+// Stats counts these. So a flood of never-seen keys can neither grow
+// memory past the bound nor reset the state of a key that is being
+// limited; it can only leave further new keys untracked until tracked ones
+// go idle. A key forgotten by Reset, or reclaimed while idle, restarts with
+// an empty window. (Reset of a SlidingLog key frees its record, which
+// counts against the bound until the old window would have emptied, at
+// most one Window; a SlidingCounter key emptied by Reset is reusable from
+// the next window on: see Reset.) The bound covers the tables and the
+// slabs; freed records are chained through their own hash words (or left as
+// tombstones in the one-level table), so they cost nothing on top.
 //
-// The bound is on the whole table, not split over shards: overflow starts
-// once Config().MaxKeys records are handed out and the new key's shard has
-// none free or idle. Records freed by the sweep stay with their shard (they
-// are reused by that shard's new keys), so after a sweep Len can read below
-// MaxKeys while a new key in another shard overflows; with every tracked
-// key active, overflow starts exactly at Len == MaxKeys.
+// The bound is on the whole table, not split over shards: a new key can
+// overflow only once Config().MaxKeys keys are tracked (idle ones count
+// until the sweep or lazy reuse frees them). SlidingLog records freed by
+// the sweep stay with their shard (they are reused by that shard's new
+// keys), so after a sweep Len can read below MaxKeys while a new key in
+// another shard overflows; with every tracked key active, overflow starts
+// exactly at Len == MaxKeys.
 //
 // # Time
 //
-// Every decision has a time: the clock's reading (Allow, AllowN, Peek) or
-// the caller's (AllowAt, AllowNAt, PeekAt). A key's time never goes back.
+// Every decision has a time: the clock's reading (Allow, AllowN, Peek,
+// AllowMany) or the caller's (AllowAt, AllowNAt, PeekAt,
+// AllowNWithLimitAt), which must come from the Limiter's clock (Now). A
+// key's time never goes back.
+//
+// A caller's time is bounded to within a lead of the clock: 2^28 ticks of
+// Resolution for SlidingLog (4.5 min at 1 µs), 2^20 windows for
+// SlidingCounter (17.5 min at a 1 ms Window). A time further ahead counts
+// at clock+lead, one further behind at clock-lead. The bound is what keeps
+// every time the engine packs (32-bit ticks, 24-bit window numbers)
+// readable, and it keeps one caller's bad time from touching anyone else's
+// key.
 //
 // A late time (behind the key's newest recorded time: a goroutine that read
 // the clock before a concurrent one and lost the race, a preempted
@@ -97,14 +125,22 @@
 // key's newest time, as if the request arrived then. It is never read as
 // "the key is old", never empties or wipes the key, and never writes the
 // key's state back to an older time. This holds for lateness up to 2^30
-// ticks of Resolution (SlidingLog: 17.9 min at 1 µs) or 2^22 windows
-// (SlidingCounter: 4.2 s at a 1 µs Window, 70 min at 1 ms); a request later
-// than that counts as a request at its own time on an idle key. A new key's
-// first request counts at the later of its time and the clock's.
+// ticks (SlidingLog) or 2^22 windows (SlidingCounter), four times the lead,
+// which only a goroutine descheduled for that long between reading the
+// clock and deciding can exceed.
 //
-// An early time (ahead of the clock, passed to AllowAt) counts at that
-// time: the key's newest time moves there, and later requests at the
-// clock's time are late and count at it.
+// An early time (ahead of the clock, within the lead) counts at that time:
+// the key's newest time moves there, and later requests at the clock's
+// time are late and count at it. It affects its own key only: every time
+// the engine reclaims by (sweeps, lazy reuse) is a clock reading.
+//
+// A new key's first request counts at the later of its time and a clock
+// reading taken when its state is created (and, for a reused record, the
+// time its previous owner went empty), so that a request that read the
+// clock long ago cannot recreate a key, freed as idle meanwhile, back in
+// the window that made it active. A SlidingLog key whose window holds
+// nothing records its next request at that request's time, like any key
+// (its ring is rewritten first only if its oldest entry is 2^30 ticks old).
 //
 // What the sweep may reclaim: a key whose state holds nothing that counts
 // at or after the sweep's time, judged key by key with a clock reading
@@ -113,23 +149,27 @@
 // the protocol). So a sweep slower than a Window, or one that read the
 // clock long ago, never frees a key that a request made active while it
 // ran, and a key whose newest time is ahead of the sweep's is never idle.
-// SlidingLog also recreates (frees, then creates empty) a key whose ring
-// holds nothing that counts when its next request arrives, by the same
-// protocol; Stats counts that as a reclaim and an insert.
 //
 // The bound on wrap: times are packed as 32-bit ticks (SlidingLog) and
 // 24-bit window numbers (SlidingCounter), so they wrap (2^32 ticks is 71.6
 // min at 1 µs). The Limiter handles it rather than forbidding it: besides
-// the timed sweep, a decision whose time is 2^30 ticks (SlidingLog) or 2^22
-// windows (SlidingCounter) past the last sweep's time first sweeps at its
-// time, inline (at most once per such span, and only when the timed sweep
-// did not run: after Close, with a SweepInterval that long, or with times
-// that jump). No live key is then ever older than 2^31 + Window ticks or
-// 2^23 + 2 windows at a decision, which the packed fields read exactly. A
-// decision more than twice that span past the last sweep finds every key
-// idle and the sweep frees them all. A key's ring never spans more than
-// (Limit+1) x (Window+1) ticks, because a request that finds nothing
-// counting recreates it instead of writing into it.
+// the timed sweep, the first decision after the clock passes 2^30 ticks
+// (SlidingLog) or 2^22 windows (SlidingCounter) beyond the last sweep
+// sweeps first, inline, at the clock's time (only when the timed sweep did
+// not run: after Close, with a SweepInterval that long, or when the clock
+// jumps). No live key is then ever older than 2^31 + Window ticks or 2^23
+// + 2 windows at a decision, which the packed fields read exactly. When the
+// clock has jumped more than twice that span since the last sweep, every
+// key is idle and that sweep frees them all without reading their times;
+// new keys wait for it. Two things are beyond the bound and not protected:
+// a key dated ahead of the clock is forgotten by such a sweep, and a
+// goroutine descheduled for more than 2^30 ticks in the middle of
+// recording may write a stale tick into a ring that is reused meanwhile. A
+// live ring spans less than 2^30 + (Limit+1) x (Window+1) ticks, because a
+// request that finds nothing counting and an entry older than 2^30 ticks
+// rewrites the ring before writing into it (package ring); the tick
+// (Resolution) is 1 µs unless 2 x (Limit+1) x Window reaches 2^31 µs, then
+// the power of ten that keeps it below.
 //
 // # Time source
 //

@@ -87,3 +87,17 @@ func ExampleLimiter_AllowNWithLimit() {
 	// premium-user: 5 of 6 admitted
 	// limit 10 on a Limit 5 SlidingLog: false
 }
+
+// A gateway that decides a batch of requests at once: AllowMany appends one
+// answer per key to the caller's slice (no allocation when it has room).
+func ExampleLimiter_AllowMany() {
+	l, err := engine.New(engine.Config{Algorithm: engine.SlidingCounter, Limit: 2, Window: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	answers := make([]bool, 0, 64)
+	answers = l.AllowMany(answers, []string{"alice", "bob", "alice", "alice"})
+	fmt.Println(answers)
+	// Output: [true true true false]
+}

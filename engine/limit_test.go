@@ -20,7 +20,8 @@ func TestPerCallLimitMatchesModel(t *testing.T) {
 		limit := 1 + r.IntN(32)
 		window := time.Duration(1+r.IntN(3000)) * time.Millisecond
 		penalty := r.IntN(4) == 0
-		l := newLimiter(t, Config{Algorithm: a, Limit: limit, Window: window, Clock: &fakeClock{}, Penalty: penalty})
+		clk := &fakeClock{}
+		l := newLimiter(t, Config{Algorithm: a, Limit: limit, Window: window, Clock: clk, Penalty: penalty})
 		lm := newLogModel(limit, window, int64(l.Resolution()), penalty)
 		cm := newCounterModel(limit, window, penalty)
 		now := int64(0)
@@ -40,6 +41,7 @@ func TestPerCallLimitMatchesModel(t *testing.T) {
 			if r.IntN(5) == 0 {
 				n = r.IntN(callLimit + 2)
 			}
+			clk.t.Store(now) // times are the clock's readings, as AllowNWithLimitAt wants
 			got := l.AllowNWithLimitAt(key, n, callLimit, now)
 			if a == SlidingLog {
 				want := lm.allowNLimit(key, n, callLimit, now)

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/slidelimit/slidelimit/atomiccounter"
 	"github.com/slidelimit/slidelimit/internal/fastdiv"
@@ -19,8 +21,9 @@ type Limiter struct {
 	cfg     Config
 	alg     Algorithm
 	limit   int
-	window  int64 // ns
-	table   *shard.Table
+	window  int64        // ns
+	table   *shard.Table // SlidingLog's keys (two-level: index, then record and ring)
+	flat    *shard.Flat  // SlidingCounter's keys (one-level: the state word in the probed slot)
 	counter atomiccounter.Counter
 	ring    ring.Ring
 	ticks   fastdiv.Divider // ns -> SlidingLog ticks
@@ -36,8 +39,13 @@ type Limiter struct {
 	// time rel >= sweepDue, the Limiter sweeps at that time, so that no
 	// live state is ever older than the packed time fields can tell.
 	sweepDue atomic.Int64
-	guard    int64 // ns between guaranteed sweeps, in decision time
+	guard    int64 // ns between guaranteed sweeps, in clock time
 	sweepMu  sync.Mutex
+
+	// A caller's time is bounded to within lead of the clock (see at):
+	// horizon is the latest reading of a Config.Clock the Limiter noted.
+	horizon atomic.Int64
+	lead    int64
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -45,8 +53,8 @@ type Limiter struct {
 	swept     sync.WaitGroup
 }
 
-// stats are striped by hash so that two cores deciding for different keys
-// rarely write the same cache line.
+// stats are striped so that two cores deciding rarely write the same cache
+// line: see count.
 //
 // xsync.Counter does the same job (stripes per P); we measured it in place
 // of these stripes through the engine (BenchmarkAllowParallel in ./bench,
@@ -57,7 +65,7 @@ type Limiter struct {
 // log/distinct 590 vs 589 and 596 vs 606, log/hotkey 36 vs 49 and 48 vs 48;
 // geomean +38 % for xsync. It never won, so the stripes stay and the
 // engine does not import xsync.
-const statStripes = 16
+const statStripes = 64
 
 type stripe struct {
 	allowed atomic.Uint64
@@ -71,8 +79,20 @@ type stats struct {
 	overflow atomic.Uint64
 }
 
-func (s *stats) count(h uint64, allowed bool) {
-	st := &s.s[h%statStripes]
+// count adds one decision. The stripe is picked by the address of the
+// calling goroutine's stack, not by the key: a goroutine keeps adding to
+// one line, which stays in its core's cache, and goroutines running on
+// different cores add to different lines (unless two of them draw the same
+// of 64), whether they decide for one hot key or for many keys. Striping
+// by key hash, as before, made two cores deciding for distinct keys bounce
+// every line between them: BenchmarkStats/distinct went from 6-7 ns on one
+// core to 27-32 ns per decision (wall) on two. A stack may move when it
+// grows; a stripe is only a place to add, so that changes nothing. (h is
+// kept for callers; the stripe does not depend on it.)
+func (s *stats) count(_ uint64, allowed bool) {
+	var here byte
+	sp := uint64(uintptr(unsafe.Pointer(&here))) >> 11 // goroutine stacks are 2 KiB or more apart
+	st := &s.s[(sp*0x9E3779B97F4A7C15)>>(64-6)]        // top 6 bits: statStripes = 64
 	if allowed {
 		st.allowed.Add(1)
 	} else {
@@ -97,35 +117,56 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	l := &Limiter{cfg: c, alg: c.Algorithm, limit: c.Limit, window: int64(c.Window), clock: c.Clock, stats: &stats{}, done: make(chan struct{})}
 	slots := 0
-	free := atomiccounter.Free
+	free := ring.Dead
 	if c.Algorithm == SlidingLog {
 		slots = c.Limit
-		free = ring.Dead
-		l.res = resolution(c.Limit, c.Window, c.SweepInterval)
+		l.res = resolution(c.Limit, c.Window)
 		l.ticks = fastdiv.New(uint64(l.res))
 		l.wq = uint32((int64(c.Window) + l.res - 1) / l.res)
 		l.ring = ring.New(c.Limit, l.wq, c.Penalty)
 		// See catchUp: 2 x 2^30 + Wq + 1 < 2^32 - ring.LateMax (Wq < 2^29).
 		l.guard = satMul(1<<30, l.res)
+		l.lead = satMul(ring.LateMax/4, l.res)
 	} else {
 		l.counter = atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)
 		// See catchUp: 2 x 2^22 + 2 < 2^24 - atomiccounter.LateWindows.
 		l.guard = satMul(1<<22, int64(c.Window))
+		l.lead = satMul(atomiccounter.LateWindows/4, int64(c.Window))
 	}
 	l.sweepDue.Store(l.guard)
-	recBytes := int64(shard.RecordBytes + 4*slots)
-	perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
-	if perShard < 1 {
-		return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
-			c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
+	now := func() int64 { return l.rel(l.Now()) }
+	if c.Algorithm == SlidingCounter {
+		perKey := int64(shard.FlatBytesPerKey)
+		fixed := int64(c.Shards) * shard.FlatShardBytes
+		if c.MaxMemory < fixed+perKey {
+			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards (need at least %d)", c.MaxMemory, c.Shards, fixed+perKey)
+		}
+		maxKeys := (c.MaxMemory - fixed) / perKey
+		if c.MaxKeys > 0 {
+			maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+		}
+		l.cfg.MaxKeys = int(min(maxKeys, math.MaxInt32))
+		f, err := shard.NewFlat(shard.FlatConfig{Shards: c.Shards, MaxKeys: l.cfg.MaxKeys, MaxBytes: c.MaxMemory,
+			Free: atomiccounter.Free, Moved: atomiccounter.Moved, Idle: l.idle, Now: now, Rescan: max(l.window/8, 1)})
+		if err != nil {
+			return nil, invalid("Config.MaxMemory: %v", err)
+		}
+		l.flat = f
+	} else {
+		recBytes := int64(shard.RecordRingBytes(slots))
+		perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
+		if perShard < 1 {
+			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
+				c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
+		}
+		maxKeys := min(perShard*int64(c.Shards), int64(c.Shards)*shard.MaxRecordsPerShard)
+		if c.MaxKeys > 0 {
+			maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+		}
+		l.cfg.MaxKeys = int(maxKeys)
+		l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
+			Idle: l.idle, Now: now, Transient: ring.Resetting, Rescan: max(l.window/8, 1)})
 	}
-	maxKeys := min(perShard*int64(c.Shards), int64(c.Shards)*shard.MaxRecordsPerShard)
-	if c.MaxKeys > 0 {
-		maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
-	}
-	l.cfg.MaxKeys = int(maxKeys)
-	l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
-		Idle: l.idle, Now: func() int64 { return l.rel(l.Now()) }, Rescan: max(l.window/8, 1)})
 	if l.clock == nil {
 		coarseAcquire()
 		l.epoch = coarseNow()
@@ -138,13 +179,12 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // resolution returns the SlidingLog tick: the smallest power of ten of
-// nanoseconds, at least 1 µs, such that 2 x (Limit+1) x (Window+Sweep) is
-// below 2^31 ticks. A live key's oldest tick is at most (Limit+1) x
-// (Window+Sweep) old (a key idle longer than Window is reclaimed by the next
-// sweep), so with this tick every comparison of 32-bit ticks is exact, with
-// a factor 2 to spare for a late sweep.
-func resolution(limit int, window, sweep time.Duration) int64 {
-	span := 2 * float64(limit+1) * float64(window+sweep)
+// nanoseconds, at least 1 µs, such that 2 x (Limit+1) x (Window+1 µs) is
+// below 2^31 ticks. A live ring's entries are younger than 2^30 + (Limit+1)
+// x (Wq+1) ticks (see "Time" in package ring), so with this tick every
+// comparison of a ring's 32-bit ticks is exact.
+func resolution(limit int, window time.Duration) int64 {
+	span := 2 * float64(limit+1) * float64(window+time.Microsecond)
 	res := int64(1000)
 	for span >= float64(math.MaxInt32)*float64(res) && res < 1e15 {
 		res *= 10
@@ -163,12 +203,64 @@ func (l *Limiter) Resolution() time.Duration { return time.Duration(l.res) }
 // this same clock.
 func (l *Limiter) Now() int64 {
 	if l.clock != nil {
-		return l.clock.Now()
+		n := l.clock.Now()
+		// Note the reading for the bound on callers' times (see at). A
+		// store only when the reading is an eighth of the lead past the
+		// last one noted: the line is read by every AllowAt and written
+		// rarely.
+		if rel := l.rel(n); rel > satAdd(l.horizon.Load(), l.lead/8) {
+			l.noteHorizon(rel)
+		}
+		return n
 	}
 	if l.closed.Load() {
 		return int64(time.Since(coarse.base)) // the cached clock may have stopped
 	}
 	return coarseNow()
+}
+
+// noteHorizon raises horizon to rel (it never goes back).
+func (l *Limiter) noteHorizon(rel int64) int64 {
+	for {
+		h := l.horizon.Load()
+		if rel <= h || l.horizon.CompareAndSwap(h, rel) {
+			return max(h, rel)
+		}
+	}
+}
+
+// horizonNow is the clock reading callers' times are bounded around: for
+// the engine's own clock a reading of it (an atomic load of the cached
+// reading, fresh within ClockRefresh), for a Config.Clock the latest
+// reading the Limiter made
+// (Now, which every decision without an explicit time, the sweep and at's
+// slow path call), at most an eighth of the lead behind it.
+func (l *Limiter) horizonNow() int64 {
+	if l.clock == nil {
+		return l.rel(l.Now())
+	}
+	return l.horizon.Load()
+}
+
+// at converts a caller's time (AllowAt and friends) to ns since the epoch,
+// bounded to within the lead of the clock (see Time in the package doc):
+// a time further ahead counts at clock+lead, one further behind at
+// clock-lead. Within the bound (the common case) it costs a load of the
+// latest clock reading seen and two comparisons; outside it, a clock read.
+func (l *Limiter) at(now int64) int64 {
+	rel := l.rel(now)
+	// Within [h-lead, h+lead] of a reading h at most lead/8 old, rel is
+	// within lead+lead/8 of the clock, far inside the lateness bound
+	// (4 x lead) that the bound protects.
+	if h := l.horizonNow(); rel <= satAdd(h, l.lead) && rel >= h-l.lead {
+		return rel
+	}
+	return l.atSlow(rel)
+}
+
+func (l *Limiter) atSlow(rel int64) int64 {
+	c := l.noteHorizon(l.rel(l.Now()))
+	return min(max(rel, c-l.lead), satAdd(c, l.lead))
 }
 
 // rel converts a time of the Limiter's clock to ns since the epoch.
@@ -190,34 +282,49 @@ func satMul(a, b int64) int64 {
 	return a * b
 }
 
-// catchUp runs the wrap guard's sweep before a decision at rel >= sweepDue:
-// rare (once per guard span of decision time) and only when the background
-// sweep has not run in that span (closed, a long SweepInterval, times that
-// jump).
+// catchUp runs the wrap guard's sweep when a decision's time is at or past
+// sweepDue: if the clock is past sweepDue too, it sweeps at the clock's
+// time (never at the decision's: a time ahead of the clock must not judge
+// other keys idle), else it only waits for a sweep in progress. Rare: once
+// per guard span of clock time, and only when the background sweep has not
+// run in that span (closed, a long SweepInterval, a clock that jumps).
 //
 // Why it suffices: the last sweep, at S = sweepDue - guard, left only
-// states written within a window of S; every decision since had a time
-// below sweepDue = S + guard (a later one waits here), and a late request
-// never moves a state's time back, so every state's newest time now lies in
-// [S - Window, S + guard) (plus lateness, at most LateMax/LateWindows). If
-// rel < S + 2 x guard, every age is below 2 x guard + Window, which the
-// packed fields read unambiguously (see ring and atomiccounter), so an
-// ordinary sweep at rel is exact. If rel is further on, every state is more
-// than a guard span (far more than a Window) older than rel: all are idle,
-// and the sweep frees them without reading their (possibly wrapped) times.
+// states written within a Window of S. Since then, every decision's time
+// was below sweepDue = S + guard, or its decision waited here, or it was
+// ahead of the clock (bounded to the clock + lead, see at: it dates only
+// its own key, ahead of the clock by less than lead); new keys are dated
+// at a clock reading below sweepDue (insertClock); and a late request never
+// moves a state's time back. So every state's newest time lies in
+// [S - Window, S + guard + lead) (plus lateness, at most LateMax or
+// LateWindows). If the clock reads now < S + 2 x guard, every age is below
+// 2 x guard + Window, and no state is ahead of now by lead or more, which
+// the packed fields read unambiguously (see ring and atomiccounter), so an
+// ordinary sweep at now is exact. If now is further on, every state but
+// those dated ahead of the clock is more than a guard span (far more than
+// a Window) older than now: idle; the sweep frees every state without
+// reading its (possibly wrapped) time, while new keys wait for it
+// (insertClock). Requests still in flight with a time from before the jump
+// write states dated then, which it may free: they count at a time far
+// behind now, where freeing them forgets nothing that counts. The price:
+// a key dated ahead of the clock (by AllowAt) is forgotten too.
 func (l *Limiter) catchUp(rel int64) {
 	l.sweepMu.Lock()
-	if due := l.sweepDue.Load(); rel >= due {
-		l.sweepAt(rel, rel-due >= l.guard)
+	now := l.rel(l.Now())
+	if l.guardDue(now) {
+		l.sweepAt(now, now-l.sweepDue.Load() >= l.guard)
 	}
 	l.sweepMu.Unlock()
 }
 
-// sweepAt sweeps at the later of rel and the clock, and moves the guard on.
-// Under sweepMu.
-func (l *Limiter) sweepAt(rel int64, total bool) int {
-	at := max(rel, l.rel(l.Now()))
-	n := l.table.Sweep(at, total)
+// sweepAt sweeps at clock reading at and moves the guard on. Under sweepMu.
+func (l *Limiter) sweepAt(at int64, total bool) int {
+	var n int
+	if l.flat != nil {
+		n = l.flat.Sweep(at, total)
+	} else {
+		n = l.table.Sweep(at, total)
+	}
 	if due := at + min(l.guard, math.MaxInt64-at); due > l.sweepDue.Load() {
 		l.sweepDue.Store(due)
 	}
@@ -229,35 +336,46 @@ func (l *Limiter) sweepAt(rel int64, total bool) int {
 func (l *Limiter) Config() Config { return l.cfg }
 
 // Allow reports whether one request for key is admitted now, and records it
-// if so. It does not allocate.
+// if so. It does not allocate for an existing key (creating one may grow
+// its shard's table: see the package doc).
 func (l *Limiter) Allow(key string) bool {
-	// The common case (an existing key) without building a Decision, which
-	// was a third of the time of a hot-key Allow; everything else (new key,
-	// a record freed under us, an expired ring) takes the full path.
 	rel := l.rel(l.Now())
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
-	h := l.table.Hash(key)
-	if _, rec, slots := l.table.Lookup(h); rec != nil {
-		var ok bool
-		if l.alg == SlidingCounter {
-			st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
-			if st == atomiccounter.Stale {
-				return l.decide(h, 1, l.limit, rel, false).Allowed
-			}
-			ok = st == atomiccounter.Allowed
-		} else {
-			st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
-			if st == ring.Stale || st == ring.Idle {
-				return l.decide(h, 1, l.limit, rel, false).Allowed
-			}
-			ok = st == ring.Allowed
-		}
-		l.stats.count(h, ok)
-		return ok
+	if l.flat != nil {
+		return l.allowCounter(l.flat.Hash(key), rel)
 	}
-	return l.decide(h, 1, l.limit, rel, false).Allowed
+	return l.allowLog(l.table.Hash(key), rel)
+}
+
+// allowCounter is Allow for the key whose hash is h, at rel: the common
+// case (an existing key) without building a Decision, which was a third of
+// the time of a hot-key Allow; everything else (a new key, a record freed
+// or moved under us) takes the full path.
+func (l *Limiter) allowCounter(h uint64, rel int64) bool {
+	if _, rec := l.flat.Lookup(h); rec != nil {
+		st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
+		if st != atomiccounter.Stale {
+			ok := st == atomiccounter.Allowed
+			l.stats.count(h, ok)
+			return ok
+		}
+	}
+	return l.decideCounter(h, 1, l.limit, rel, false).Allowed
+}
+
+// allowLog is allowCounter for SlidingLog.
+func (l *Limiter) allowLog(h uint64, rel int64) bool {
+	if _, rec, slots := l.table.Lookup(h); rec != nil {
+		st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
+		if st == ring.Allowed || st == ring.Denied {
+			ok := st == ring.Allowed
+			l.stats.count(h, ok)
+			return ok
+		}
+	}
+	return l.decideLog(h, 1, l.limit, rel, false).Allowed
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
@@ -269,7 +387,8 @@ func (l *Limiter) AllowN(key string, n int) Decision {
 
 // AllowNWithLimit is AllowN deciding with limit instead of Config.Limit, for
 // keys whose quota differs (premium tiers, limits read from a database)
-// without a Limiter per tier. It does not allocate. The key's history is
+// without a Limiter per tier. It does not allocate for an existing key.
+// The key's history is
 // the same whatever limit a call passes: SlidingLog admits iff fewer than
 // limit-n+1 recorded requests lie in the window, SlidingCounter iff the
 // estimate plus n is at most limit. The Window is Config.Window.
@@ -285,7 +404,7 @@ func (l *Limiter) AllowNWithLimit(key string, n, limit int) Decision {
 
 // AllowNWithLimitAt is AllowNWithLimit at time now of the Limiter's clock.
 func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decision {
-	return l.take(key, n, limit, l.rel(now))
+	return l.take(key, n, limit, l.at(now))
 }
 
 // AllowAt is AllowN(key, 1) at time now of the Limiter's clock (see Now).
@@ -293,12 +412,12 @@ func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decisio
 // A time behind the key's newest counts at the newest (see Time in the
 // package doc, which also says what a time ahead of the clock does).
 func (l *Limiter) AllowAt(key string, now int64) Decision {
-	return l.take(key, 1, l.limit, l.rel(now))
+	return l.take(key, 1, l.limit, l.at(now))
 }
 
 // AllowNAt is AllowN at time now of the Limiter's clock.
 func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
-	return l.take(key, n, l.limit, l.rel(now))
+	return l.take(key, n, l.limit, l.at(now))
 }
 
 // Peek reports what AllowN(key, 1) would decide now, consuming nothing.
@@ -307,7 +426,7 @@ func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
 func (l *Limiter) Peek(key string) Decision { return l.peek(key, l.rel(l.Now())) }
 
 // PeekAt is Peek at time now of the Limiter's clock.
-func (l *Limiter) PeekAt(key string, now int64) Decision { return l.peek(key, l.rel(now)) }
+func (l *Limiter) PeekAt(key string, now int64) Decision { return l.peek(key, l.at(now)) }
 
 func (l *Limiter) tick(rel int64) uint32 { return uint32(l.ticks.Div(uint64(rel))) }
 
@@ -332,118 +451,188 @@ func (l *Limiter) take(key string, n, limit int, rel int64) Decision {
 		l.stats.count(0, false)
 		return Decision{Limit: limit}
 	}
-	return l.decide(l.table.Hash(key), n, limit, rel, true)
+	if l.flat != nil {
+		return l.decideCounter(l.flat.Hash(key), n, limit, rel, true)
+	}
+	return l.decideLog(l.table.Hash(key), n, limit, rel, true)
 }
 
-// decide is take for a valid n and limit, and the key's hash h.
-func (l *Limiter) decide(h uint64, n, limit int, rel int64, detail bool) Decision {
+// decideCounter is take for a valid n and limit, and the key's hash h
+// (SlidingCounter).
+func (l *Limiter) decideCounter(h uint64, n, limit int, rel int64, detail bool) Decision {
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
-	idleMisses := 0
 	for {
-		s, rec, slots := l.table.Lookup(h)
+		s, rec := l.flat.Lookup(h)
 		if rec != nil {
-			if l.alg == SlidingCounter {
-				st, snap := l.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
-				if st != atomiccounter.Stale {
-					ok := st == atomiccounter.Allowed
-					l.stats.count(h, ok)
-					d := Decision{Allowed: ok, Limit: limit}
-					if detail {
-						rem, retry, reset := l.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || l.cfg.Penalty)
-						d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
-					}
-					return d
+			st, snap := l.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
+			if st != atomiccounter.Stale {
+				ok := st == atomiccounter.Allowed
+				l.stats.count(h, ok)
+				d := Decision{Allowed: ok, Limit: limit}
+				if detail {
+					rem, retry, reset := l.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || l.cfg.Penalty)
+					d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
 				}
-			} else {
-				st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
-				if st == ring.Idle {
-					// Nothing in the ring counts: free the record (if it is
-					// still idle, see package shard) and recreate the key.
-					if l.table.FreeKey(h, rel) {
-						continue
-					}
-					// Not freed: written meanwhile (look again), or not idle
-					// by the fresh clock reading the table judged it with,
-					// which only a clock and times passed to AllowAt that
-					// are far apart (see Time) can cause. Never loop on it:
-					// the third time, deny without recording.
-					if idleMisses++; idleMisses < 3 {
-						continue
-					}
-					l.stats.count(h, false)
-					return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
-				}
-				if st != ring.Stale {
-					ok := st == ring.Allowed
-					l.stats.count(h, ok)
-					d := Decision{Allowed: ok, Limit: limit}
-					if detail {
-						d.Remaining = int(out.Remaining)
-						d.ResetAfter = l.delay(out.ResetAfter, rel)
-						if !ok {
-							d.RetryAfter = l.delay(out.RetryAfter, rel)
-						}
-					}
-					return d
-				}
+				return d
 			}
 		}
-		// Not found, or the record was freed or reused under us: the slow path.
-		if d, done := l.insert(s, h, n, limit, rel); done {
+		// Not found, or freed or moved under us: the slow path.
+		if d, done := l.insertCounter(s, h, n, limit, rel); done {
 			return d
 		}
 	}
 }
 
-// insert creates the key's state under the shard lock, unless another
+// insertCounter creates the key's state under the shard lock, unless it
+// exists (then done is false and the caller retries the lock-free path).
+// The first n requests of a new key are always admitted (n <= Limit on an
+// empty window), so the record is born holding them.
+func (l *Limiter) insertCounter(s *shard.FlatShard, h uint64, n, limit int, rel int64) (Decision, bool) {
+	t := l.flat
+	s.Lock()
+	if t.Find(s, h) != nil {
+		s.Unlock()
+		return Decision{}, false
+	}
+	clk, due := l.insertClock()
+	if due {
+		s.Unlock()
+		l.catchUp(clk) // see insertClock
+		return Decision{}, false
+	}
+	rec, readyAt, ok := t.Claim(s, h, clk)
+	if !ok {
+		s.Unlock()
+		return l.overflow(h, n, limit), true
+	}
+	at := max(rel, readyAt, clk) // see insertLog
+	t.Publish(s, rec, h, l.counter.First(at, uint32(n)))
+	s.Unlock()
+	win, el := l.counter.At(at)
+	rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
+	l.stats.inserts.Add(1)
+	l.stats.count(h, true)
+	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(satAdd(reset, at-rel))}, true
+}
+
+// satAdd is a+b for a, b >= 0, saturating at MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// insertClock reads the clock for an insert, under the shard's lock, and
+// says whether the wrap guard's sweep is due at that reading. If it is, the
+// caller must not create the key yet: it unlocks, runs the sweep (or waits
+// for the one in progress, which may be a total sweep that frees every key
+// without reading its time) and looks again. So no key is created dated at
+// or past sweepDue before the sweep has run, which is what lets a total
+// sweep free every key it finds (see catchUp).
+func (l *Limiter) insertClock() (clk int64, due bool) {
+	clk = l.rel(l.Now())
+	return clk, l.guardDue(clk)
+}
+
+// guardDue reports whether the wrap guard's sweep is due at clock reading
+// now. A sweepDue of MaxInt64 (a clock 2^63 ns from the epoch saturated
+// it) is never due: no clock can pass it, and a sweep at it changes
+// nothing.
+func (l *Limiter) guardDue(now int64) bool {
+	due := l.sweepDue.Load()
+	return now >= due && due != math.MaxInt64
+}
+
+// overflow decides a new key that cannot be tracked (Config.Overflow).
+func (l *Limiter) overflow(h uint64, n, limit int) Decision {
+	l.stats.overflow.Add(1)
+	allowed := l.cfg.Overflow == OverflowAllow
+	l.stats.count(h, allowed)
+	if allowed {
+		return Decision{Allowed: true, Limit: limit, Remaining: limit - n}
+	}
+	return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
+}
+
+// decideLog is take for a valid n and limit, and the key's hash h
+// (SlidingLog).
+func (l *Limiter) decideLog(h uint64, n, limit int, rel int64, detail bool) Decision {
+	if rel >= l.sweepDue.Load() {
+		l.catchUp(rel)
+	}
+	for {
+		s, rec, slots := l.table.Lookup(h)
+		if rec != nil {
+			st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
+			if st == ring.Busy {
+				runtime.Gosched() // another request is resetting the key's ring (a few stores)
+				continue
+			}
+			if st != ring.Stale {
+				ok := st == ring.Allowed
+				l.stats.count(h, ok)
+				d := Decision{Allowed: ok, Limit: limit}
+				if detail {
+					d.Remaining = int(out.Remaining)
+					d.ResetAfter = l.delay(out.ResetAfter, rel)
+					if !ok {
+						d.RetryAfter = l.delay(out.RetryAfter, rel)
+					}
+				}
+				return d
+			}
+		}
+		// Not found, or the record was freed or reused under us: the slow path.
+		if d, done := l.insertLog(s, h, n, limit, rel); done {
+			return d
+		}
+	}
+}
+
+// insertLog creates the key's state under the shard lock, unless another
 // goroutine got there first (then done is false and the caller retries the
 // lock-free path). The first n requests of a new key are always admitted
 // (n <= Limit on an empty window), so the record is born holding them.
-func (l *Limiter) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
+func (l *Limiter) insertLog(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
 	t := l.table
 	s.Lock()
 	if _, ok := t.Find(s, h); ok {
 		s.Unlock()
 		return Decision{}, false
 	}
-	ref, readyAt, ok := t.Alloc(s, rel)
+	clk, due := l.insertClock()
+	if due {
+		s.Unlock()
+		l.catchUp(clk) // see insertClock
+		return Decision{}, false
+	}
+	// Lazy reuse judges idleness by the clock, never by rel: a time ahead
+	// of the clock must not free other keys (see package shard).
+	ref, readyAt, ok := t.Alloc(s, clk)
 	if !ok {
 		s.Unlock()
-		l.stats.overflow.Add(1)
-		allowed := l.cfg.Overflow == OverflowAllow
-		l.stats.count(h, allowed)
-		if allowed {
-			return Decision{Allowed: true, Limit: limit, Remaining: limit - n}, true
-		}
-		return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}, true
+		return l.overflow(h, n, limit), true
 	}
 	// Date the new key no earlier than the moment its record's previous
 	// owner went empty: then the previous owner's late writers find values
 	// newer than theirs and do nothing (see package shard). And no earlier
-	// than the clock: a stale time must not create state that later times
-	// read as ahead of them (see Time in the package doc).
-	at := max(rel, readyAt, l.rel(l.Now()))
+	// than the clock read under the lock: a key freed as idle (by a reading
+	// taken before this one) must not be recreated by a request that read
+	// the clock long ago, back in the window that made it active.
+	at := max(rel, readyAt, clk)
 	rec, slots := t.Record(s, ref)
 	rec.Hash.Store(h) // before State: a reader that sees the new State sees the new Hash
-	var d Decision
-	if l.alg == SlidingCounter {
-		rec.State.Store(l.counter.First(at, uint32(n)))
-		win, el := l.counter.At(at)
-		rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
-		d = Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(reset + at - rel)}
-	} else {
-		tk := l.tick(at)
-		rec.State.Store(l.ring.First(slots, tk, uint32(n)))
-		d = Decision{Allowed: true, Limit: limit, Remaining: limit - n,
-			ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}
-	}
+	tk := l.tick(at)
+	rec.State.Store(l.ring.First(slots, tk, uint32(n)))
 	t.Insert(s, h, ref)
 	s.Unlock()
 	l.stats.inserts.Add(1)
 	l.stats.count(h, true)
-	return d, true
+	return Decision{Allowed: true, Limit: limit, Remaining: limit - n,
+		ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}, true
 }
 
 // idle is the table's idle test (see package shard): whether state w holds
@@ -463,6 +652,9 @@ func (l *Limiter) idle(w uint64, rel int64) (idle bool, readyAt int64) {
 }
 
 func (l *Limiter) peek(key string, rel int64) Decision {
+	if l.flat != nil {
+		return l.peekCounter(key, rel)
+	}
 	h := l.table.Hash(key)
 	for {
 		s, rec, slots := l.table.Lookup(h)
@@ -475,23 +667,16 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 			}
 			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
 		}
-		if l.alg == SlidingCounter {
-			st, snap := l.counter.Peek(&rec.State, &rec.Hash, h, rel)
-			if st == atomiccounter.Stale {
-				s.Lock() // a sweep or Reset is removing the record: wait for it
-				s.Unlock()
-				continue
-			}
-			ok := st == atomiccounter.Allowed
-			rem, retry, reset := l.counter.Describe(snap, 1, ok, false)
-			return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
-		}
 		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
 		if st == ring.Idle { // nothing counts; Peek changes nothing, not even this
 			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
 		}
+		if st == ring.Busy {
+			runtime.Gosched() // another request is resetting the key's ring
+			continue
+		}
 		if st == ring.Stale {
-			s.Lock()
+			s.Lock() // a sweep or Reset is removing the record: wait for it
 			s.Unlock()
 			continue
 		}
@@ -503,42 +688,76 @@ func (l *Limiter) peek(key string, rel int64) Decision {
 	}
 }
 
+func (l *Limiter) peekCounter(key string, rel int64) Decision {
+	h := l.flat.Hash(key)
+	for {
+		s, rec := l.flat.Lookup(h)
+		if rec == nil {
+			s.Lock()
+			found := l.flat.Find(s, h) != nil
+			s.Unlock()
+			if found {
+				continue
+			}
+			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
+		}
+		st, snap := l.counter.Peek(&rec.State, &rec.Hash, h, rel)
+		if st == atomiccounter.Stale {
+			s.Lock() // a sweep or a rebuild is removing or moving the record: wait for it
+			s.Unlock()
+			continue
+		}
+		ok := st == atomiccounter.Allowed
+		rem, retry, reset := l.counter.Describe(snap, 1, ok, false)
+		return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
+	}
+}
+
 // Reset forgets key's state: its next request starts on an empty window.
 //
-// SlidingCounter empties the key's word in place. SlidingLog cannot empty a
-// ring in place without breaking the ring's only-raise rule that keeps late
-// writers harmless, so it frees the key's record; the record is reused (for
-// any key) only once the old state would have emptied by itself, at most
-// one Window later, and until then it counts against the key bound.
+// SlidingCounter empties the key's word in place; the emptied key is idle
+// (the sweep or lazy reuse may free it) from the next window on, not in
+// its own, where a new key's words could repeat the ones it had. SlidingLog
+// cannot empty a ring in place without breaking the ring's only-raise rule
+// that keeps late writers harmless, so it frees the key's record; the
+// record is reused (for any key) only once the old state would have
+// emptied by itself, at most one Window later, and until then it counts
+// against the key bound.
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) {
-	h := l.table.Hash(key)
 	rel := l.rel(l.Now())
-	if l.alg == SlidingLog {
-		l.table.Forget(h, rel)
+	if l.table != nil {
+		h := l.table.Hash(key)
+		if l.table.Forget(h, rel) {
+			l.table.ClearIdleHint(h)
+		}
 		return
 	}
+	h := l.flat.Hash(key)
+	emptied := l.counter.Emptied(rel)
 	for {
-		s, rec, _ := l.table.Lookup(h)
+		s, rec := l.flat.Lookup(h)
 		if rec == nil {
-			// A lock-free miss is not final (an index shift by a removal
-			// in the same shard): confirm it under the lock.
+			// A lock-free miss is not final (a rebuild under way): confirm
+			// it under the lock.
 			s.Lock()
-			_, found := l.table.Find(s, h)
+			found := l.flat.Find(s, h) != nil
 			s.Unlock()
 			if !found {
 				return // a key being created now is created empty anyway
 			}
 			continue
 		}
-		emptied := l.counter.Emptied(rel)
 		for {
 			w := rec.State.Load()
-			if w == atomiccounter.Free || rec.Hash.Load() != h {
-				break // freed or reused under us: look again
+			if w == atomiccounter.Free || w == atomiccounter.Moved || rec.Hash.Load() != h {
+				s.Lock() // freed, reused or moved under us: wait for the table's writer, look again
+				s.Unlock()
+				break
 			}
 			if rec.State.CompareAndSwap(w, emptied) {
+				l.flat.ClearIdleHint(h) // the key is idle two windows on: let lazy reuse see it
 				return
 			}
 		}
@@ -548,6 +767,12 @@ func (l *Limiter) Reset(key string) {
 // Len returns the number of keys tracked now.
 func (l *Limiter) Len() int {
 	n := 0
+	if l.flat != nil {
+		for i := 0; i < l.flat.Shards(); i++ {
+			n += l.flat.ShardAt(i).Len()
+		}
+		return n
+	}
 	for i := 0; i < l.table.Shards(); i++ {
 		n += l.table.ShardAt(i).Len()
 	}
@@ -557,11 +782,17 @@ func (l *Limiter) Len() int {
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
-		Inserts: l.stats.inserts.Load(), Reclaimed: l.table.Reclaimed(), Overflow: l.stats.overflow.Load()}
+		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load()}
 	for i := range l.stats.s {
 		st.Allowed += l.stats.s[i].allowed.Load()
 		st.Denied += l.stats.s[i].denied.Load()
 	}
+	if l.flat != nil {
+		st.Reclaimed = l.flat.Reclaimed()
+		st.Bytes = l.flat.Bytes()
+		return st
+	}
+	st.Reclaimed = l.table.Reclaimed()
 	for i := 0; i < l.table.Shards(); i++ {
 		st.Bytes += l.table.ShardAt(i).Bytes()
 	}

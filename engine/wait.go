@@ -71,10 +71,19 @@ func WaitN(ctx context.Context, rl RateLimiter, key string, n int) error {
 			}
 			return fmt.Errorf("engine: wait for %q: %w", key, err)
 		}
+		// Give up early only when the earliest admission itself falls after
+		// the deadline; the floor on the sleep (minWait) is ours, not the
+		// limit's, so it must not turn a retry that fits into a refusal.
 		delay := max(d.RetryAfter, minWait)
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < delay {
-			return fmt.Errorf("engine: wait for %q: retry in %v would pass the context deadline: %w",
-				key, d.RetryAfter, context.DeadlineExceeded)
+		if dl, ok := ctx.Deadline(); ok {
+			left := time.Until(dl)
+			if left < d.RetryAfter {
+				return fmt.Errorf("engine: wait for %q: retry in %v would pass the context deadline: %w",
+					key, d.RetryAfter, context.DeadlineExceeded)
+			}
+			if delay > left {
+				delay = d.RetryAfter // the floor would sleep past a deadline the retry fits under
+			}
 		}
 		if timer == nil {
 			timer = time.NewTimer(delay)

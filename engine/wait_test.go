@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,8 +103,10 @@ func TestWaitExceedsLimit(t *testing.T) {
 }
 
 // TestWaitConcurrent: many waiters on one key all get through, and the exact
-// log never admits more than Limit in any window while they do (checked on
-// the admission times each waiter saw).
+// log never admits more than Limit in any window while they do, checked on
+// the time each admission counted at (recovered from its Decision: a late
+// request counts at the key's newest time, and ResetAfter is measured from
+// the request's own time to one tick past the newest plus the Window).
 func TestWaitConcurrent(t *testing.T) {
 	const limit, window, workers, each = 3, 15 * time.Millisecond, 6, 4
 	clock := engine.MonotonicClock()
@@ -112,6 +115,7 @@ func TestWaitConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	rec := &recordingLimiter{Limiter: l}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var ok atomic.Int64
@@ -121,7 +125,7 @@ func TestWaitConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				if err := l.Wait(ctx, "hot"); err != nil {
+				if err := engine.WaitN(ctx, rec, "hot", 1); err != nil {
 					t.Error(err)
 					return
 				}
@@ -136,6 +140,46 @@ func TestWaitConcurrent(t *testing.T) {
 	if s := l.Stats(); s.Allowed != workers*each {
 		t.Fatalf("limiter admitted %d, want %d", s.Allowed, workers*each)
 	}
+	res := int64(l.Resolution())
+	at := rec.admitted()
+	if len(at) != workers*each {
+		t.Fatalf("recorded %d admissions, want %d", len(at), workers*each)
+	}
+	slices.Sort(at)
+	for i := limit; i < len(at); i++ {
+		// at[i-limit] .. at[i] are limit+1 admissions: they must not all
+		// lie in one closed window [t-W, t] of ticks.
+		if at[i]/res-at[i-limit]/res <= int64(window)/res {
+			t.Fatalf("%d admissions within one window: ticks %v", limit+1, at[i-limit:i+1])
+		}
+	}
+}
+
+// recordingLimiter decides with AllowNAt at a clock reading of its own and
+// records the time each admission counted at.
+type recordingLimiter struct {
+	*engine.Limiter
+	mu sync.Mutex
+	at []int64
+}
+
+func (r *recordingLimiter) AllowNContext(_ context.Context, key string, n int) (engine.Decision, error) {
+	now := r.Now()
+	d := r.AllowNAt(key, n, now)
+	if d.Allowed {
+		res := int64(r.Resolution())
+		eff := now/res*res + int64(d.ResetAfter) + now%res - int64(r.Config().Window) - res // ResetAfter = newest + Wq + 1 tick - now
+		r.mu.Lock()
+		r.at = append(r.at, eff)
+		r.mu.Unlock()
+	}
+	return d, nil
+}
+
+func (r *recordingLimiter) admitted() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.at)
 }
 
 // failingBackend denies every call with an error, as a Redis store under

@@ -19,7 +19,7 @@ const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-type
 //	 "detail":"quota of policy \"login\" exceeded; retry in 31 s",
 //	 "violated-policies":["login"]}
 func DenyProblem(w http.ResponseWriter, _ *http.Request, d Denial) {
-	retry := strconv.FormatInt(max(ceilSeconds(d.Decision.RetryAfter), 1), 10)
+	retry := strconv.FormatInt(d.retrySeconds(), 10)
 	// Rule names are [A-Za-z0-9_.-] (New checks), so they need no JSON
 	// escaping.
 	body := `{"type":"` + ProblemTypeQuotaExceeded +
@@ -40,4 +40,13 @@ func DenyText(w http.ResponseWriter, _ *http.Request, _ Denial) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write([]byte("429 too many requests\n"))
+}
+
+// retrySeconds is the wait in whole seconds that Retry-After announces:
+// RetryAfter when the middleware set it, else the refusing decision's.
+func (d *Denial) retrySeconds() int64 {
+	if d.RetryAfter > 0 {
+		return ceilSeconds(d.RetryAfter)
+	}
+	return max(ceilSeconds(d.Decision.RetryAfter), 1)
 }

@@ -16,24 +16,40 @@
 //
 //   - Every request a rule decided carries RateLimit-Policy and RateLimit
 //     (draft-ietf-httpapi-ratelimit-headers-11 syntax, e.g.
-//     `RateLimit-Policy: "api";q=100;w=60` and `RateLimit: "api";r=42;t=30`)
+//     `RateLimit-Policy: "api";q=100;w=60` and `RateLimit: "api";r=42`)
 //     and the legacy X-RateLimit-Limit, X-RateLimit-Remaining and
 //     X-RateLimit-Reset. w is the window in seconds, rounded up, never
-//     omitted. t (and X-RateLimit-Reset, the same number) is the seconds
-//     until the quota has room again: on a refusal, when the retry
-//     passes; on the response that took the last unit, when the next
-//     request passes (one extra Peek); with room left, the time until the
-//     key's window is empty, capped at w. A denied request also carries
-//     Retry-After in whole seconds, rounded up and at least 1, so a client
-//     that honours it is never refused for retrying too early.
+//     omitted. t is draft-11's effective window, "the number of seconds
+//     within which the client can use no more than the available quota":
+//     it is given at r=0 (a refusal, or the response that took the last
+//     unit: one extra Peek), where it is the wait until the next request
+//     passes rounded down, and left out with room left, where a sliding
+//     window's quota grows again whenever its oldest request leaves it (no
+//     backend reports when). X-RateLimit-Reset is that wait rounded up at
+//     r=0, else the time until every request counted now has left the
+//     window, at most w. A denied request also carries Retry-After in
+//     whole seconds, rounded up and at least 1, never earlier than any t
+//     in the response (draft-11 section 6), so a client that honours it
+//     is never refused for retrying too early. A rule whose backend's
+//     Remaining is not the policy's (Rule.RemainingUnknown: a hybrid
+//     lease) gives no RateLimit item, X-RateLimit-Remaining or -Reset on
+//     admitted requests.
+//   - A rule cannot be stepped around by spelling: methods are matched
+//     ignoring case (a GET rule also takes HEAD), and paths in the form
+//     an upstream may route them by, ignoring case, ";params",
+//     backslashes, dot segments and a format suffix ("/LOGIN",
+//     "/login;jsessionid=1", "/login.json" and "/x/..;/login" all fall
+//     under "/login"). Matching broadly can only limit more.
 //   - Under MatchAll the RateLimit-Policy and RateLimit lists name every
 //     applied policy; a request refused by one rule consumes nothing from
 //     the others (all are peeked before any is taken; see Options.MatchAll
 //     for the one race and its bound).
-//   - The wrapped handler's own RateLimit, RateLimit-Policy and
-//     X-RateLimit-* values never reach the client beside ours: by default
-//     ours replace them when the response is committed (Options.Upstream).
-//     The writer the handler gets passes Flush, Hijack and ReadFrom
+//   - The wrapped handler's own rate-limit headers (RateLimit*,
+//     X-RateLimit-*, X-Rate-Limit-*) never reach the client beside ours:
+//     by default ours replace them when the response is committed
+//     (Options.Upstream), also after a relayed 1xx cleared the header map.
+//     None ever goes out in a trailer section (draft-11: RateLimit MUST
+//     NOT). The writer the handler gets passes Flush, Hijack and ReadFrom
 //     through and unwraps for http.ResponseController.
 //   - The request's context reaches ready backends (AllowNContext,
 //     PeekContext), so a remote store stops waiting for a client that left.
@@ -59,9 +75,12 @@
 //   - A key function error never panics and never reaches the backend: the
 //     request is keyed by the fallback key (FailOpen; passed unlimited only
 //     if that fails too) or refused (400), as configured, and is counted.
-//   - Exempt requests (Options.Exempt) and CORS preflights are passed on
-//     untouched: no quota, no headers. A path that is not clean is never
-//     exempt.
+//   - Exempt requests (Options.Exempt) are passed on untouched: no
+//     quota, no headers. Exemptions match narrowly: only a plain path
+//     (no dot segments, ";", "\" or percent-encoding) is exempt by
+//     prefix, compared with its case, and methods exactly. CORS preflights
+//     never spend a rule's quota: they are decided by Options.Preflight on
+//     a quota of their own, or exempt without it.
 //   - Refusals default to an RFC 9457 application/problem+json body of type
 //     ProblemTypeQuotaExceeded (DenyText keeps text/plain). A request with
 //     an Origin header gets Access-Control-Expose-Headers naming the

@@ -45,8 +45,8 @@ func Example() {
 	}
 	fmt.Printf("%+v\n", m.Stats())
 	// Output:
-	// 200 "login";q=1;w=60 "login";r=0;t=61 Retry-After=""
-	// 429 "login";q=1;w=60 "login";r=0;t=61 Retry-After="61"
+	// 200 "login";q=1;w=60 "login";r=0;t=60 Retry-After=""
+	// 429 "login";q=1;w=60 "login";r=0;t=60 Retry-After="61"
 	// {Allowed:1 Denied:1 DryRunDenied:0 KeyErrors:0 FailedOpen:0 FailedClosed:0 Unmatched:0 Exempt:0 Fallbacks:0}
 }
 
@@ -108,9 +108,9 @@ func ExampleOptions_matchAll() {
 		fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
 	}
 	// Output:
-	// 200 "login";r=0;t=61, "all";r=99;t=60
-	// 429 "login";r=0;t=61, "all";r=99;t=60
-	// 200 "all";r=98;t=60
+	// 200 "login";r=0;t=60, "all";r=99
+	// 429 "login";r=0;t=60, "all";r=99
+	// 200 "all";r=98
 }
 
 // An API key when the request has one, else the client IP; and at most

@@ -11,14 +11,22 @@ import (
 // as Stats.Exempt. A request is exempt if any list matches.
 //
 // A CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
-// is always exempt, whatever Exemptions says: the browser sends it on its
-// own before the real request, which is limited as usual.
+// never consumes a rule's quota: the browser sends it on its own before the
+// real request, which is limited as usual. It is decided by
+// Options.Preflight if set, else exempt.
+//
+// Exemptions match narrowly, the opposite of rules (which match every
+// spelling an upstream may route to their prefix): a request is exempt
+// only if every server would read it as what the exemption names.
 type Exemptions struct {
-	// Paths are whole-segment prefixes of the URL path, as
-	// Rule.PathPrefix ("/healthz" matches "/healthz" and "/healthz/live",
-	// not "/healthzx"). Each must start with "/". A request path that is
-	// not clean (dot segments, doubled slashes) is never exempt, since an
-	// upstream may route it differently than its cleaned form.
+	// Paths are whole-segment prefixes of the URL path, compared exactly
+	// (case included): "/healthz" matches "/healthz" and "/healthz/live",
+	// not "/healthzx" or "/HEALTHZ". Each must be a plain path (see
+	// below). Only a plain request path is ever exempt: [A-Za-z0-9._~-]
+	// in non-empty segments, no "." or ".." segment, no percent-encoding.
+	// "/healthz/../admin", "/healthz/..;/admin" (a servlet container's
+	// "..") and "/healthz/..%5cadmin" (a backslash) are not plain, since
+	// some upstream routes each of them outside /healthz.
 	Paths []string
 	// CIDRs exempt clients whose address lies in any of them. The address
 	// is found as IP says (socket peer, or through trusted proxies).
@@ -27,7 +35,9 @@ type Exemptions struct {
 	// ignored (the whole address is matched). The zero value uses the
 	// socket address.
 	IP IPConfig
-	// Methods are exact request methods ("OPTIONS", "HEAD").
+	// Methods are request methods ("HEAD"), compared exactly: "head" is
+	// not exempt, since an upstream that reads methods case-sensitively
+	// may route it elsewhere.
 	Methods []string
 }
 
@@ -45,10 +55,16 @@ func compileExemptions(e Exemptions) (exemptions, error) {
 		if !strings.HasPrefix(p, "/") {
 			return x, invalidf("Exempt.Paths[%d] %q must start with /", i, p)
 		}
-		x.paths = append(x.paths, cleanPath(p))
+		if !plainPath(p, "") {
+			return x, invalidf("Exempt.Paths[%d] %q must be a plain path ([A-Za-z0-9._~-] segments, no dot segments)", i, p)
+		}
+		if len(p) > 1 {
+			p = strings.TrimSuffix(p, "/")
+		}
+		x.paths = append(x.paths, p)
 	}
 	for i, m := range e.Methods {
-		if m == "" || strings.ContainsAny(m, " \t\r\n") {
+		if !validMethod(m) {
 			return x, invalidf("Exempt.Methods[%d] %q is not a method", i, m)
 		}
 		x.methods = append(x.methods, m)
@@ -75,20 +91,19 @@ func compileExemptions(e Exemptions) (exemptions, error) {
 	return x, nil
 }
 
-// match reports whether r is exempt.
+// match reports whether r is exempt by one of the lists (CORS preflights
+// are the caller's business).
 func (x *exemptions) match(r *http.Request) bool {
-	if r.Method == http.MethodOptions && isPreflight(r) {
-		return true
-	}
 	for _, m := range x.methods {
 		if r.Method == m {
 			return true
 		}
 	}
-	// Only a clean path can be exempt: "/healthz/../api" cleans to a
-	// limited path, but "/api/../healthz" must not win an exemption for
-	// an upstream that routes the raw path by its "/api" prefix.
-	if p := r.URL.Path; len(x.paths) > 0 && p == cleanPath(p) {
+	// Only a plain path can be exempt: "/healthz/../api" must not win an
+	// exemption for an upstream that resolves it to /api, nor
+	// "/api/../healthz" for one that routes the raw path by its "/api"
+	// prefix.
+	if p := r.URL.Path; len(x.paths) > 0 && plainPath(p, r.URL.RawPath) {
 		for _, prefix := range x.paths {
 			if pathHasPrefix(p, prefix) {
 				return true

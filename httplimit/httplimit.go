@@ -31,10 +31,20 @@ type Rule struct {
 	// the rule's keys. 1 to 64 bytes of [A-Za-z0-9_.-], unique per
 	// Middleware.
 	Name string
-	// Method, if set, must equal the request method exactly ("GET").
+	// Method, if set, is the request method ("POST"). It is matched
+	// ignoring case ("post" too: net/http accepts it and Flask or Rails
+	// route it as POST), GET also matches HEAD, which most frameworks
+	// route to the GET handler, and a POST whose X-HTTP-Method-Override
+	// (X-HTTP-Method, X-Method-Override) names Method matches too.
 	Method string
 	// PathPrefix, if set, must be a path-segment prefix of the request's
-	// cleaned URL path: "/api" matches "/api" and "/api/x", not "/apiary".
+	// URL path: "/api" matches "/api" and "/api/x", not "/apiary". Paths
+	// are matched in the spelling-insensitive form an upstream may route
+	// them by: ignoring case, ";params", with backslashes as slashes,
+	// cleaned, and with or without a format suffix on the last segment
+	// ("/login" matches "/LOGIN", "/login;jsessionid=1", "/login.json",
+	// "/x/..;/login"). A rule therefore limits every spelling that some
+	// server routes to its prefix.
 	PathPrefix string
 	// Tier, if set, must equal what Options.Tier returns for the request.
 	Tier string
@@ -53,6 +63,15 @@ type Rule struct {
 
 	// Key names the client for this rule; nil means Options.Key.
 	Key KeyFunc
+
+	// RemainingUnknown says that Limiter's Decision.Remaining is not the
+	// policy's remaining quota (redisstore.Hybrid reports its own node's
+	// unspent lease, 0 while the global quota has room). An admitted
+	// request then carries no RateLimit item and no
+	// X-RateLimit-Remaining or -Reset for this rule rather than a wrong
+	// one; RateLimit-Policy still names it, and a refusal still carries
+	// r=0, t and Retry-After from the Decision.
+	RemainingUnknown bool
 }
 
 // Denial describes a refused request to Options.OnDeny.
@@ -60,6 +79,10 @@ type Denial struct {
 	Rule     string          // name of the rule that refused it (the longest wait when several did)
 	Key      string          // the client key, without the rule namespace
 	Decision engine.Decision // the backend's answer
+	// RetryAfter is what the Retry-After header says, in whole seconds:
+	// the longest wait of every policy the response reports, so it is
+	// never earlier than another policy's t.
+	RetryAfter time.Duration
 }
 
 // UpstreamHeaders says whose rate-limit headers a response carries when
@@ -124,6 +147,14 @@ type Options struct {
 	FallbackKey KeyFunc
 	// Exempt lists requests that are never limited (no quota, no headers).
 	Exempt Exemptions
+	// Preflight, if set, decides CORS preflights (OPTIONS with Origin and
+	// Access-Control-Request-Method) on a quota of their own: no other
+	// rule sees them, so a browser's preflight never spends the quota of
+	// the request it precedes, yet a client cannot send an unlimited
+	// stream of them to the upstream either. Its Method, PathPrefix and
+	// Tier must be empty. Nil passes preflights on unlimited (counted as
+	// Exempt).
+	Preflight *Rule
 	// Upstream says whose rate-limit headers win when the handler sets
 	// its own. The zero value is UpstreamOurs.
 	Upstream UpstreamHeaders
@@ -165,6 +196,7 @@ type Stats struct {
 type Middleware struct {
 	rules       []rule
 	def         *rule
+	preflight   *rule
 	tier        func(*http.Request) string
 	matchAll    bool
 	dryRun      bool
@@ -187,8 +219,8 @@ type Middleware struct {
 type rule struct {
 	idx      int // index into each stripe's rule counters
 	name     string
-	method   string
-	prefix   string // cleaned; "" matches every path
+	method   string // upper case; "" matches every method
+	prefix   string // canonical (routePath); "" matches every path
 	tier     string
 	eng      *engine.Limiter    // the owned engine, called directly; nil with a ready Limiter
 	rl       engine.RateLimiter // the ready backend, when eng is nil
@@ -198,6 +230,8 @@ type rule struct {
 	limitStr string // X-RateLimit-Limit value
 	rlPrefix string // `"name";r=`
 	wSec     int64  // window in whole seconds, rounded up
+
+	remUnknown bool // Rule.RemainingUnknown
 }
 
 // cacheLine is the padding unit for the counter stripes: 128 bytes covers
@@ -289,17 +323,11 @@ func New(opts Options) (*Middleware, error) {
 		m.rules = append(m.rules, ru)
 	}
 	m.nRules = len(m.rules)
-	if d := opts.Default; d != nil {
-		if d.Method != "" || d.PathPrefix != "" || d.Tier != "" {
-			return fail(invalidf("Default (%s) must not set Method, PathPrefix or Tier", d.Name))
-		}
-		ru, err := m.compile(d, "Default", defKey, names)
-		if err != nil {
-			return fail(err)
-		}
-		ru.idx = m.nRules
-		m.nRules++
-		m.def = &ru
+	if m.def, err = m.compileCatchAll(opts.Default, "Default", defKey, names); err != nil {
+		return fail(err)
+	}
+	if m.preflight, err = m.compileCatchAll(opts.Preflight, "Preflight", defKey, names); err != nil {
+		return fail(err)
 	}
 	n := 1
 	for n < min(runtime.GOMAXPROCS(0), 64) {
@@ -328,6 +356,25 @@ func validName(s string) bool {
 	return true
 }
 
+// compileCatchAll compiles a rule that takes every request it is asked
+// about (Default, Preflight), so it must not match on anything; nil gives
+// nil.
+func (m *Middleware) compileCatchAll(r *Rule, where string, defKey KeyFunc, names map[string]bool) (*rule, error) {
+	if r == nil {
+		return nil, nil
+	}
+	if r.Method != "" || r.PathPrefix != "" || r.Tier != "" {
+		return nil, invalidf("%s (%s) must not set Method, PathPrefix or Tier", where, r.Name)
+	}
+	ru, err := m.compile(r, where, defKey, names)
+	if err != nil {
+		return nil, err
+	}
+	ru.idx = m.nRules
+	m.nRules++
+	return &ru, nil
+}
+
 func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[string]bool) (rule, error) {
 	if !validName(r.Name) {
 		return rule{}, invalidf("%s.Name %q must be 1 to 64 bytes of [A-Za-z0-9_.-]", where, r.Name)
@@ -336,15 +383,18 @@ func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[st
 		return rule{}, invalidf("%s.Name %q is used by another rule", where, r.Name)
 	}
 	names[r.Name] = true
-	ru := rule{name: r.Name, method: r.Method, tier: r.Tier, key: r.Key}
+	ru := rule{name: r.Name, method: strings.ToUpper(r.Method), tier: r.Tier, key: r.Key, remUnknown: r.RemainingUnknown}
 	if ru.key == nil {
 		ru.key = defKey
+	}
+	if r.Method != "" && !validMethod(r.Method) {
+		return rule{}, invalidf("%s (%s).Method %q is not an HTTP method", where, r.Name, r.Method)
 	}
 	if r.PathPrefix != "" {
 		if !strings.HasPrefix(r.PathPrefix, "/") {
 			return rule{}, invalidf("%s (%s).PathPrefix %q must start with /", where, r.Name, r.PathPrefix)
 		}
-		ru.prefix = cleanPath(r.PathPrefix)
+		ru.prefix = routePath(r.PathPrefix)
 	}
 	limit, window := r.Limit, r.Window
 	if r.Limiter != nil {
@@ -457,14 +507,14 @@ type matcher struct {
 }
 
 func (mt *matcher) matches(ru *rule) bool {
-	if ru.method != "" && ru.method != mt.r.Method {
+	if ru.method != "" && !methodMatches(ru.method, mt.r) {
 		return false
 	}
 	if ru.prefix != "" {
 		if !mt.pathDone {
-			mt.path, mt.pathDone = cleanPath(mt.r.URL.Path), true
+			mt.path, mt.pathDone = routePath(mt.r.URL.Path), true
 		}
-		if !pathHasPrefix(mt.path, ru.prefix) {
+		if !matchPath(mt.path, ru.prefix) {
 			return false
 		}
 	}
@@ -479,15 +529,6 @@ func (mt *matcher) matches(ru *rule) bool {
 	return true
 }
 
-// pathHasPrefix reports whether prefix is a whole-segment prefix of p; both
-// are clean paths.
-func pathHasPrefix(p, prefix string) bool {
-	if !strings.HasPrefix(p, prefix) {
-		return false
-	}
-	return len(p) == len(prefix) || prefix[len(prefix)-1] == '/' || p[len(prefix)] == '/'
-}
-
 // maxInline is how many applied rules a request tracks without allocating.
 const maxInline = 4
 
@@ -497,7 +538,8 @@ type applied struct {
 	key   string // without namespace
 	nsKey string
 	d     engine.Decision
-	t     int64 // the RateLimit t (and X-RateLimit-Reset) value
+	t     int64 // the RateLimit t; -1: left out (see timing)
+	reset int64 // the X-RateLimit-Reset value; -1: left out
 	err   error // backend error, if any
 	taken bool  // d came from a take (else from a peek)
 }
@@ -506,13 +548,23 @@ type applied struct {
 // decision, response.
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	s := m.stripe()
-	if (m.exempt.any || r.Method == http.MethodOptions) && m.exempt.match(r) {
+	if m.exempt.any && m.exempt.match(r) {
 		m.counters(s).exempt.Add(1)
 		next.ServeHTTP(w, r)
 		return
 	}
 	var buf [maxInline]applied
-	as := m.collect(r, buf[:0])
+	var as []applied
+	if r.Method == http.MethodOptions && isPreflight(r) {
+		if m.preflight == nil {
+			m.counters(s).exempt.Add(1)
+			next.ServeHTTP(w, r)
+			return
+		}
+		as = append(buf[:0], applied{ru: m.preflight})
+	} else {
+		as = m.collect(r, buf[:0])
+	}
 	if len(as) == 0 {
 		m.counters(s).unmatched.Add(1)
 		next.ServeHTTP(w, r)
@@ -527,7 +579,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	denied := decide(r.Context(), as)
 	h := w.Header()
-	if len(r.Header["Origin"]) > 0 {
+	expose := len(r.Header["Origin"]) > 0
+	if expose {
 		h[hdrExpose] = append(h[hdrExpose], exposeValue)
 	}
 	if denied < 0 {
@@ -538,10 +591,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 				m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
 			}
 		}
-		m.pass(w, r, next, setHeaders(h, w, as, m.upstream))
+		m.pass(w, r, next, setHeaders(h, w, as, m.upstream, expose))
 		return
 	}
-	m.refuse(w, r, next, s, as, denied, start)
+	m.refuse(w, r, next, s, as, denied, start, expose)
 }
 
 // collect appends the rules that apply to r: the first match, every match
@@ -631,7 +684,7 @@ func decide(ctx context.Context, as []applied) int {
 		}
 	}
 	for i := range as {
-		as[i].t = as[i].ru.resetSeconds(ctx, &as[i])
+		as[i].ru.timing(ctx, &as[i])
 	}
 	return denied
 }
@@ -645,12 +698,13 @@ func (m *Middleware) pass(w http.ResponseWriter, r *http.Request, next http.Hand
 	}
 	next.ServeHTTP(lw, r)
 	lw.commit() // a handler that wrote nothing: the server sends the header after us
+	lw.finish()
 }
 
 // refuse answers a request some rule refused (or passes it on in dry-run
 // mode). Only the refusing rules count and report it; the others consumed
 // nothing.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, denied int, start time.Time) {
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, denied int, start time.Time, expose bool) {
 	outcome := OutcomeDenied
 	if m.dryRun {
 		outcome = OutcomeDryRunDenied
@@ -669,7 +723,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Ha
 		m.report(r, s, a, outcome, a.err, start)
 	}
 	h := w.Header()
-	lw := setHeaders(h, w, as, m.upstream)
+	lw := setHeaders(h, w, as, m.upstream, expose)
 	if m.dryRun {
 		m.counters(s).dryRunDenied.Add(1)
 		m.pass(w, r, next, lw)
@@ -678,8 +732,16 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Ha
 	lw.restore()
 	m.counters(s).denied.Add(1)
 	d := &as[denied]
-	h[hdrRetryAfter] = []string{strconv.FormatInt(max(ceilSeconds(d.d.RetryAfter), 1), 10)}
-	m.onDeny(w, r, Denial{Rule: d.ru.name, Key: d.key, Decision: d.d})
+	// draft-11 section 6: Retry-After SHOULD NOT point earlier than the
+	// end of any effective window the response gives: take the longest t.
+	retry := d.reset // the refusing rule's wait, rounded up
+	for i := range as {
+		if as[i].t >= 0 { // a rule at r=0 (another refusal, or a unit taken in a race)
+			retry = max(retry, as[i].reset)
+		}
+	}
+	h[hdrRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	m.onDeny(w, r, Denial{Rule: d.ru.name, Key: d.key, Decision: d.d, RetryAfter: time.Duration(retry) * time.Second})
 }
 
 // report counts a backend error and calls Observe.
@@ -710,32 +772,51 @@ func (ru *rule) peek(ctx context.Context, key string) (engine.Decision, error) {
 	return ru.rl.PeekContext(ctx, key)
 }
 
-// resetSeconds is the RateLimit t of one applied rule: the seconds until
-// its quota has room again (draft-11 allows a sliding window to report
-// the next partial reset).
+// timing sets the RateLimit t and the X-RateLimit-Reset value of one
+// applied rule. draft-11 (section 4.1.2) defines t as the effective
+// window: the number of seconds within which the client can use no more
+// than the available quota r. So t is given only where the middleware
+// knows that time, and rounded down (a t rounded up would claim the
+// fraction of a second after the quota has grown):
 //
-//   - Refused: until the retry can pass, exact (it is also Retry-After).
+//   - Refused (r=0): until the retry can pass, exact for SlidingLog.
+//     Retry-After is the same wait rounded up, so that a client honouring
+//     it is never refused for retrying too early.
 //   - Admitted, taking the last unit (r=0): one extra peek says when the
 //     next request can pass; exact for SlidingLog, as exact as the
 //     counter's own estimate for SlidingCounter.
-//   - Admitted with room left (r>0): the client may spend r now; t is the
-//     time until the key's window is empty, capped at the window w, so t
-//     never exceeds w (a 60 s window said t=61, a counter up to 2w).
-func (ru *rule) resetSeconds(ctx context.Context, a *applied) int64 {
+//   - Admitted with room left (r>0): left out (t is optional). In a
+//     sliding window the quota grows again as soon as the oldest counted
+//     request leaves it, which can be any moment; the time until the
+//     window is empty (what t said before) let a client use more than r
+//     within t. No backend's Decision says when the quota next grows.
+//   - RemainingUnknown and admitted: nothing (see Rule.RemainingUnknown).
+//
+// X-RateLimit-Reset (legacy, one value, always sent while Remaining is
+// known): at r=0 the wait until the next request passes, rounded up (the
+// Retry-After value); with room left the time until every request counted
+// now has left the window, at most w.
+func (ru *rule) timing(ctx context.Context, a *applied) {
 	d := &a.d
-	if !d.Allowed {
-		return max(ceilSeconds(d.RetryAfter), 1)
+	a.t, a.reset = -1, -1
+	switch {
+	case !d.Allowed:
+		a.t, a.reset = floorSeconds(d.RetryAfter), max(ceilSeconds(d.RetryAfter), 1)
+		return
+	case ru.remUnknown:
+		return
 	}
+	a.reset = min(ceilSeconds(d.ResetAfter), ru.wSec)
 	if d.Remaining > 0 || !a.taken {
-		return min(ceilSeconds(d.ResetAfter), ru.wSec)
+		return
 	}
 	p, err := ru.peek(ctx, a.nsKey)
 	if err != nil || p.Allowed {
 		// A remote backend failed, or the key was reset or freed since:
-		// fall back to the bound that needs no backend.
-		return min(ceilSeconds(d.ResetAfter), ru.wSec)
+		// when the quota grows again is unknown.
+		return
 	}
-	return max(ceilSeconds(p.RetryAfter), 1)
+	a.t, a.reset = floorSeconds(p.RetryAfter), max(ceilSeconds(p.RetryAfter), 1)
 }
 
 // Canonical (textproto) forms, so the hot path can assign to the header
@@ -748,11 +829,20 @@ const (
 	hdrXReset     = "X-Ratelimit-Reset"
 	hdrRetryAfter = "Retry-After"
 	hdrExpose     = "Access-Control-Expose-Headers"
+	hdrTrailer    = "Trailer"
 )
 
 // exposeValue lets a browser script read the rate-limit headers of a
 // cross-origin response (they are not CORS-safelisted).
 const exposeValue = "RateLimit, RateLimit-Policy, Retry-After, X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset"
+
+// floorSeconds rounds d down to whole seconds; d <= 0 gives 0.
+func floorSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(d / time.Second)
+}
 
 // ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
 func ceilSeconds(d time.Duration) int64 {

@@ -98,20 +98,23 @@ func TestAllowedThenDeniedWithHeaders(t *testing.T) {
 	// The engine's window is the closed interval [t-W, t]: a request at
 	// exactly t0+60s still sees t0, so the window empties, and a retry
 	// passes, 60s+1ns after t0, which rounds up to 61 whole seconds. With
-	// room left t is capped at w (issue 11 item 7: it said 61); the
-	// request that takes the last unit says exactly when the next can
-	// pass, which is Retry-After's 61.
-	for i, tc := range []struct{ rem, t string }{{"2", "60"}, {"1", "60"}, {"0", "61"}} {
+	// room left RateLimit has no t (draft-11's t is the time within which
+	// the client can use no more than r, and a sliding window's quota can
+	// grow any moment) and X-RateLimit-Reset is capped at w; the request
+	// that takes the last unit says when the next can pass: t rounded down
+	// (60: within 60 s nothing passes) and X-RateLimit-Reset rounded up
+	// (61, Retry-After's value).
+	for i, tc := range []struct{ rem, rl, reset string }{{"2", "", "60"}, {"1", "", "60"}, {"0", ";t=60", "61"}} {
 		r := get(t, srv.URL+"/x")
 		if r.status != 200 || r.body != "ok" {
 			t.Fatalf("request %d: status %d body %q, want 200 ok", i, r.status, r.body)
 		}
 		wantHeaders(t, r, map[string]string{
 			"RateLimit-Policy":      `"default";q=3;w=60`,
-			"RateLimit":             `"default";r=` + tc.rem + `;t=` + tc.t,
+			"RateLimit":             `"default";r=` + tc.rem + tc.rl,
 			"X-RateLimit-Limit":     "3",
 			"X-RateLimit-Remaining": tc.rem,
-			"X-RateLimit-Reset":     tc.t,
+			"X-RateLimit-Reset":     tc.reset,
 		})
 		if r.header.Get("Retry-After") != "" {
 			t.Errorf("request %d: Retry-After on an allowed response", i)
@@ -126,11 +129,12 @@ func TestAllowedThenDeniedWithHeaders(t *testing.T) {
 	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" || !strings.Contains(r.body, ProblemTypeQuotaExceeded) {
 		t.Errorf("deny: Content-Type %q body %q, want a quota-exceeded problem", ct, r.body)
 	}
-	// 30s+1ns left until the first request leaves the window: 31s.
+	// 30s+1ns left until the first request leaves the window: a retry
+	// passes after 31 whole seconds, none within 30.
 	wantHeaders(t, r, map[string]string{
 		"Retry-After":           "31",
 		"RateLimit-Policy":      `"default";q=3;w=60`,
-		"RateLimit":             `"default";r=0;t=31`,
+		"RateLimit":             `"default";r=0;t=30`,
 		"X-RateLimit-Limit":     "3",
 		"X-RateLimit-Remaining": "0",
 		"X-RateLimit-Reset":     "31",
@@ -162,7 +166,8 @@ func TestRetryAfterRoundsUpToAtLeastOne(t *testing.T) {
 			t.Errorf("ceilSeconds(%v) = %d, want %d", tc.d, got, tc.want)
 		}
 	}
-	// A sub-second window: RetryAfter < 1s must still say 1.
+	// A sub-second window: RetryAfter < 1s must still say 1; t (rounded
+	// down) says 0.
 	clk := newClock()
 	srv, _ := serve(t, Options{Default: &Rule{Name: "fast", Engine: logConfig(1, 200*time.Millisecond, clk)}})
 	get(t, srv.URL)
@@ -174,7 +179,7 @@ func TestRetryAfterRoundsUpToAtLeastOne(t *testing.T) {
 		"Retry-After": "1",
 		// w is rounded up, never left out (issue 11 item 7).
 		"RateLimit-Policy": `"fast";q=1;w=1`,
-		"RateLimit":        `"fast";r=0;t=1`,
+		"RateLimit":        `"fast";r=0;t=0`,
 	})
 }
 
@@ -287,7 +292,7 @@ func TestDryRunNeverBlocks(t *testing.T) {
 			t.Fatalf("request %d: status %d, want 200 in dry-run", i, r.status)
 		}
 		if i >= 2 {
-			wantHeaders(t, r, map[string]string{"RateLimit": `"shadow";r=0;t=61`, "X-RateLimit-Remaining": "0"})
+			wantHeaders(t, r, map[string]string{"RateLimit": `"shadow";r=0;t=60`, "X-RateLimit-Remaining": "0"})
 			if r.header.Get("Retry-After") != "" {
 				t.Errorf("request %d: Retry-After in dry-run", i)
 			}
@@ -312,7 +317,7 @@ func TestKeyErrorFailsOpenOrClosed(t *testing.T) {
 			// Issue 11 item 1: failing open keys the request by its IP
 			// instead of passing it unlimited.
 			want = Stats{KeyErrors: 1, Fallbacks: 1, Allowed: 1}
-			if r.status != 200 || r.header.Get("RateLimit") != `"k";r=0;t=61` {
+			if r.status != 200 || r.header.Get("RateLimit") != `"k";r=0;t=60` {
 				t.Errorf("fail open: status %d RateLimit %q, want 200 keyed by IP", r.status, r.header.Get("RateLimit"))
 			}
 			if r := get(t, srv.URL); r.status != 429 {
@@ -509,7 +514,7 @@ func TestHeaderListsDoNotAlias(t *testing.T) {
 	if got := h.Values("RateLimit-Policy"); len(got) != 1 || got[0] != `"upstream";q=9` {
 		t.Errorf("RateLimit-Policy = %q, want the handler's alone", got)
 	}
-	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"d";r=4;t=60` {
+	if got := h.Values("RateLimit"); len(got) != 1 || got[0] != `"d";r=4` {
 		t.Errorf("RateLimit = %q after an Add to its neighbour", got)
 	}
 }
@@ -522,7 +527,7 @@ func TestSetHeadersAllocations(t *testing.T) {
 	defer ru.Close()
 	w := &headerWriter{h: http.Header{}}
 	as := []applied{{ru: ru.def, d: engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}, t: 30}}
-	allocs := testing.AllocsPerRun(100, func() { setHeaders(w.h, w, as, UpstreamOurs).restore() })
+	allocs := testing.AllocsPerRun(100, func() { setHeaders(w.h, w, as, UpstreamOurs, false).restore() })
 	if allocs > 2 {
 		t.Errorf("setHeaders allocates %v times per call, want <= 2", allocs)
 	}

@@ -230,8 +230,9 @@ func TestPolicyWindowRoundedUpNeverOmitted(t *testing.T) {
 
 // TestResetNeverExceedsWindowWithRoomLeft pins issue 11 item 7: a 60 s
 // counter window said 70 s on an allowed response (until the key is
-// empty, up to two windows). With room left, t and X-RateLimit-Reset are
-// at most w, for both algorithms.
+// empty, up to two windows). With room left, X-RateLimit-Reset is at most
+// w for both algorithms, and RateLimit carries no t (see
+// TestW3EffectiveWindowHoldsNoMoreThanR).
 func TestResetNeverExceedsWindowWithRoomLeft(t *testing.T) {
 	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter} {
 		t.Run(alg.String(), func(t *testing.T) {
@@ -240,15 +241,13 @@ func TestResetNeverExceedsWindowWithRoomLeft(t *testing.T) {
 			h := m.Handler(okHandler)
 			for i := range 30 {
 				rec := serveRec(h, "GET", "/", "", nil)
-				var r, tt int
-				if _, err := fmt.Sscanf(rec.Header().Get("RateLimit"), `"d";r=%d;t=%d`, &r, &tt); err != nil {
-					t.Fatalf("RateLimit %q: %v", rec.Header().Get("RateLimit"), err)
+				var r int
+				if _, err := fmt.Sscanf(rec.Header().Get("RateLimit"), `"d";r=%d`, &r); err != nil || strings.Contains(rec.Header().Get("RateLimit"), "t=") {
+					t.Fatalf("RateLimit %q (%v), want r and no t", rec.Header().Get("RateLimit"), err)
 				}
-				if r == 0 || tt < 1 || tt > 60 {
-					t.Fatalf("request %d: r=%d t=%d, want r>0 and 1 <= t <= 60", i, r, tt)
-				}
-				if x := rec.Header().Get("X-RateLimit-Reset"); x != fmt.Sprint(tt) {
-					t.Fatalf("X-RateLimit-Reset %s, want t=%d", x, tt)
+				var reset int
+				if _, err := fmt.Sscan(rec.Header().Get("X-RateLimit-Reset"), &reset); err != nil || r == 0 || reset < 1 || reset > 60 {
+					t.Fatalf("request %d: r=%d X-RateLimit-Reset %q, want r>0 and 1 <= reset <= 60", i, r, rec.Header().Get("X-RateLimit-Reset"))
 				}
 				clk.Advance(7 * time.Second) // crosses counter window boundaries
 			}
@@ -265,11 +264,16 @@ func TestLastUnitSaysWhenNextPasses(t *testing.T) {
 	serveRec(h, "GET", "/", "", nil)
 	clk.Advance(4 * time.Second)
 	rec := serveRec(h, "GET", "/", "", nil)
-	// The first request leaves the window 10s+1ns after it: 6s+1ns from now.
-	if got := rec.Header().Get("RateLimit"); got != `"d";r=0;t=7` {
-		t.Fatalf("last unit: RateLimit %q, want r=0;t=7", got)
+	// The first request leaves the window 10s+1ns after it: 6s+1ns from
+	// now, so t=6 (nothing passes within 6 s) and X-RateLimit-Reset 7.
+	if got := rec.Header().Get("RateLimit"); got != `"d";r=0;t=6` || rec.Header().Get("X-RateLimit-Reset") != "7" {
+		t.Fatalf("last unit: RateLimit %q X-RateLimit-Reset %q, want r=0;t=6 and 7", got, rec.Header().Get("X-RateLimit-Reset"))
 	}
-	clk.Advance(7 * time.Second)
+	clk.Advance(6 * time.Second)
+	if rec := serveRec(h, "GET", "/", "", nil); rec.Code != 429 {
+		t.Errorf("after t seconds: %d, want 429 (t is rounded down)", rec.Code)
+	}
+	clk.Advance(time.Second)
 	if rec := serveRec(h, "GET", "/", "", nil); rec.Code != 200 {
 		t.Errorf("after t seconds: %d, want 200", rec.Code)
 	}
@@ -320,7 +324,7 @@ func TestUpstreamRateLimitHeadersNeverConflict(t *testing.T) {
 		up        UpstreamHeaders
 		limit, rl string
 	}{
-		{UpstreamOurs, "5", `"d";r=4;t=60`},
+		{UpstreamOurs, "5", `"d";r=4`},
 		{UpstreamTheirs, "999", `"up";r=1;t=1`},
 	} {
 		m := mustNew(t, Options{Upstream: tc.up, Default: &Rule{Name: "d", Engine: logConfig(5, time.Minute, newClock())}})
@@ -339,7 +343,7 @@ func TestUpstreamRateLimitHeadersNeverConflict(t *testing.T) {
 	if got := rec0.Header().Values("X-RateLimit-Limit"); len(got) != 1 || got[0] != "5" {
 		t.Errorf("silent handler: X-RateLimit-Limit %q, want [5]", got)
 	}
-	if got := rec0.Header().Get("RateLimit"); got != `"d";r=4;t=60` {
+	if got := rec0.Header().Get("RateLimit"); got != `"d";r=4` {
 		t.Errorf("silent handler deleted RateLimit: %q, want ours restored", got)
 	}
 	// Unchecked: the handler's additions go out beside ours.
@@ -367,7 +371,7 @@ func TestReverseProxyUpstreamHeaders(t *testing.T) {
 	if r.status != 200 || r.body != "up" {
 		t.Fatalf("proxied: %d %q", r.status, r.body)
 	}
-	wantHeaders(t, r, map[string]string{"X-RateLimit-Limit": "5", "RateLimit": `"d";r=4;t=60`})
+	wantHeaders(t, r, map[string]string{"X-RateLimit-Limit": "5", "RateLimit": `"d";r=4`})
 }
 
 func serveHandler(t *testing.T, opts Options, h http.Handler) (*httptest.Server, *Middleware) {
@@ -428,7 +432,7 @@ func TestStackedLimitsAllApplyAndDenialConsumesNothing(t *testing.T) {
 	if got := rec.Header().Get("RateLimit-Policy"); got != `"login";q=2;w=60, "all";q=3;w=60` {
 		t.Errorf("RateLimit-Policy %q, want both policies", got)
 	}
-	if got := rec.Header().Get("RateLimit"); got != `"login";r=1;t=60, "all";r=2;t=60` {
+	if got := rec.Header().Get("RateLimit"); got != `"login";r=1, "all";r=2` {
 		t.Errorf("RateLimit %q", got)
 	}
 	// X-RateLimit-* describe the most restrictive policy.
@@ -446,7 +450,7 @@ func TestStackedLimitsAllApplyAndDenialConsumesNothing(t *testing.T) {
 			t.Errorf("body %s", rec.Body)
 		}
 	}
-	if rec := serveRec(h, "GET", "/other", "", nil); rec.Code != 200 || rec.Header().Get("RateLimit") != `"all";r=0;t=61` {
+	if rec := serveRec(h, "GET", "/other", "", nil); rec.Code != 200 || rec.Header().Get("RateLimit") != `"all";r=0;t=60` {
 		t.Errorf("GET after login refusals: %d %q, want 200 and all;r=0 (only 2 of 3 used)", rec.Code, rec.Header().Get("RateLimit"))
 	}
 	// Now "all" refuses; login (still exhausted) is not charged either.
@@ -517,7 +521,7 @@ func TestStackedDryRunConsumesNothingOnDenial(t *testing.T) {
 		}
 	}
 	// 2 admitted by both, 2 refused by login: "all" holds 2, not 4.
-	if rec := serveRec(h, "GET", "/", "", nil); rec.Header().Get("RateLimit") != `"all";r=0;t=61` {
+	if rec := serveRec(h, "GET", "/", "", nil); rec.Header().Get("RateLimit") != `"all";r=0;t=60` {
 		t.Errorf("RateLimit %q, want all;r=0 (3rd unit)", rec.Header().Get("RateLimit"))
 	}
 	if s := m.Stats(); s.Allowed != 3 || s.DryRunDenied != 2 {

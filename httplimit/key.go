@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
-	"path"
 	"strings"
 )
 
@@ -310,10 +309,14 @@ func Header(name string) KeyFunc {
 	}
 }
 
-// RouteIP returns a KeyFunc that keys a request by its method, its cleaned
-// URL path and the key ip returns, so every path under a rule gets its own
-// budget per client. The number of keys grows with the number of distinct
-// paths clients send; the engine's key bound caps the memory that costs.
+// RouteIP returns a KeyFunc that keys a request by its method, its URL path
+// and the key ip returns, so every path under a rule gets its own budget
+// per client. Method and path are taken in the spelling-insensitive form
+// rules match them in (see Rule.PathPrefix): "post /LOGIN;x=1" and
+// "POST /login.json" share the budget of "POST /login", so respelling a
+// route buys no fresh allowance. The number of keys grows with the number
+// of distinct paths clients send; the engine's key bound caps the memory
+// that costs.
 func RouteIP(ip KeyFunc) KeyFunc {
 	errLong := fmt.Errorf("route key longer than %d bytes: %w", MaxKeyLen, ErrKeyTooLong)
 	return func(r *http.Request) (string, error) {
@@ -321,19 +324,11 @@ func RouteIP(ip KeyFunc) KeyFunc {
 		if err != nil {
 			return "", err
 		}
-		p := cleanPath(r.URL.Path)
-		if len(r.Method)+len(p)+len(k)+2 > MaxKeyLen {
+		p, _ := withoutFormat(routePath(r.URL.Path))
+		m := upperMethod(r.Method)
+		if len(m)+len(p)+len(k)+2 > MaxKeyLen {
 			return "", errLong
 		}
-		return r.Method + " " + p + " " + k, nil
+		return m + " " + p + " " + k, nil
 	}
-}
-
-// cleanPath is path.Clean with "" mapped to "/"; it allocates only when the
-// path is not already clean.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	return path.Clean(p)
 }

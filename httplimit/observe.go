@@ -58,8 +58,8 @@ type RuleStats struct {
 	BackendErrors uint64
 }
 
-// RuleStats returns per-rule counters, in Options.Rules order and then the
-// default rule, summed over stripes (concurrent requests may be missed, as
+// RuleStats returns per-rule counters, in Options.Rules order, then the
+// default rule, then the preflight rule, summed over stripes (concurrent requests may be missed, as
 // with Stats). It allocates the slice and is meant for scrapes, not for
 // every request.
 func (m *Middleware) RuleStats() []RuleStats {
@@ -81,6 +81,9 @@ func (m *Middleware) RuleStats() []RuleStats {
 	}
 	if m.def != nil {
 		add(m.def)
+	}
+	if m.preflight != nil {
+		add(m.preflight)
 	}
 	return out
 }

@@ -77,8 +77,9 @@ func TestVerdictTableColumnsAligned(t *testing.T) {
 
 // TestShortFinalIntervalIsNotPlotted: the run ends a few milliseconds after
 // its last tick; that sliver is not a point of the series (its requests
-// still count in the totals). Ticks are never early, so every other point
-// spans at least half an Interval too.
+// still count in the totals). Every other point spans at least half an
+// Interval too: ticks come an Interval after the previous collection, so a
+// late tick (a busy machine) is not followed by a short interval.
 func TestShortFinalIntervalIsNotPlotted(t *testing.T) {
 	c := testConfig()
 	c.Warmup = 0

@@ -165,12 +165,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if isSteady {
 			steadyTotal.merge(interval)
 		}
-		// The run usually ends a few milliseconds after a tick. So short a
-		// final interval holds too few requests for its p99.9 and max to
-		// mean what the other points' do (every line dropped at the end of
-		// the plot): its requests count in the steady-state totals above,
-		// but it is not a point of the series.
-		if final && now-lastTick < int64(c.Interval)/2 {
+		// The run usually ends a few milliseconds after a tick, and the
+		// warm-up may end between two. So short an interval holds too few
+		// requests for its p99.9 and max to mean what the other points' do
+		// (every line dropped at the end of the plot): its requests count in
+		// the totals above, but it is not a point of the series. (Ticks are
+		// scheduled an Interval after the previous one was collected, never
+		// on a fixed grid, so no other point can be short: a late tick is
+		// not followed by an early one.)
+		if now-lastTick < int64(c.Interval)/2 {
+			lastTick = now // the next point spans from here: its requests are its own
 			return
 		}
 		rt := readRuntime()
@@ -224,9 +228,7 @@ loop:
 		} else {
 			collect(swapAll(), steady, false)
 		}
-		for nextTick <= now {
-			nextTick += tick
-		}
+		nextTick = r.now() + tick
 	}
 	collect(swapAll(), steady, true)
 	// The senders stop at endNS; the reporter notices a little later.

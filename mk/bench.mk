@@ -99,11 +99,24 @@ results:
 ## bench-smoke (make test): every benchmark once, never judging a time,
 ## plus vet and tests of the nested modules (bench/peers, cmd/resultsmd),
 ## which ./... skips. Benchmark rows go to $(TEST_OUT)/*.jsonl, not the screen.
+##
+## The nested modules are tools, not the library: their go lines follow
+## their dependencies (the peers' current releases, x/perf), newer than the
+## library's Go 1.24 floor. With a Go that cannot build them and may not
+## fetch a newer toolchain (GOTOOLCHAIN=local, the default of Debian's and
+## the official tarball's go.env), their steps are skipped and the summary
+## says so, with the go command's reason.
 bench-smoke: testsummary
 	$(call gotest,bench-once,$(CURDIR),-short -run '^$$' -bench . -benchtime=1x ./bench/...)
+	@for m in bench/peers cmd/resultsmd; do 		if ! err=$$(cd $$m && $(GO) list -m 2>&1 >/dev/null); then 			echo "*** $$m cannot be built with $$($(GO) env GOVERSION) (GOTOOLCHAIN=$$($(GO) env GOTOOLCHAIN)): its steps are SKIPPED"; 			echo "$$m (peer comparison and report tools, not the library): skipped, $$(echo $$err | head -c 200); run with Go 1.26 or GOTOOLCHAIN=auto" >> $(TEST_NOTES); 			continue; 		fi; 		$(MAKE) --no-print-directory bench-smoke-$$(basename $$m) || exit 1; 	done
+
+.PHONY: bench-smoke-peers bench-smoke-resultsmd
+bench-smoke-peers: testsummary
 	cd bench/peers && $(GO) vet ./...
 	$(call gotest,peers-race,$(CURDIR)/bench/peers,-race -count=1 ./...)
 	$(call gotest,peers-bench-once,$(CURDIR)/bench/peers,-short -run '^$$' -bench . -benchtime=1x ./...)
+
+bench-smoke-resultsmd: testsummary
 	cd cmd/resultsmd && $(GO) vet ./...
 	$(call gotest,resultsmd,$(CURDIR)/cmd/resultsmd,-count=1 ./...)
 

@@ -4,7 +4,8 @@
 # (through a replace directive to this checkout) and imports engine and
 # httplimit. Adoption must not change its go directive, add a toolchain
 # line or upgrade go-redis; and engine and httplimit must pull in nothing
-# outside the standard library but xxhash.
+# outside the standard library and this module (their key hash is
+# hash/maphash: see internal/keyhash).
 set -euo pipefail
 GO=${GO:-go}
 GO_FLOOR=${GO_FLOOR:-go1.24.11}
@@ -67,9 +68,6 @@ grep -q 'github.com/redis/go-redis/v9 v9.7.0$' "$tmp/go.mod" ||
 deps=$(cd "$root" && "$GO" list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./engine ./httplimit |
 	grep -v '^github.com/slidelimit/slidelimit' || true)
 for d in $deps; do
-	case $d in
-	github.com/cespare/xxhash/v2) ;;
-	*) fail "engine/httplimit import $d (only the standard library and xxhash are allowed)" ;;
-	esac
+	fail "engine/httplimit import $d (only the standard library and this module are allowed)"
 done
 echo "check-adopt: ok: a Go 1.24 module with go-redis v9.7.0 adopts slidelimit with go 1.24, no toolchain line, go-redis v9.7.0; engine+httplimit deps: ${deps:-none}"

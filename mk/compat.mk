@@ -5,7 +5,7 @@
 #   check-adopt    a throwaway user module on Go 1.24 with go-redis v9.7.0
 #                  adds slidelimit/engine and must keep both unchanged, and
 #                  engine and httplimit must import nothing outside the
-#                  standard library but xxhash
+#                  standard library and this module
 GO_FLOOR ?= go1.24.11
 
 TEST_EXTRA += test-go-floor check-adopt

@@ -4,26 +4,36 @@
 #   make gateway    build bin/gateway
 #   make run-http   start bin/gateway (free ports, admin listener for
 #                   /metrics) with $(RUN_HTTP_CONFIG) and its builtin
-#                   upstream; run bin/loadgen straight at the upstream
-#                   (out/loadgen-direct) and then through the gateway
-#                   (out/loadgen-http) at the same rate and key stream;
-#                   scrape the gateway's /metrics; stop it with SIGTERM;
-#                   bin/httpjudge prints the end-to-end figures of both
-#                   runs and judges the gateway's own objectives:
-#                     decision p99 (the middleware's time, from /metrics) < $(RUN_HTTP_DECISION_P99)
-#                     added latency p50 (through gateway - direct)        < $(RUN_HTTP_ADDED_P50)
-#                   The loadgen's in-process 2 ms end-to-end p99 is not an
-#                   objective here (a loopback round trip on a busy 2-core
-#                   machine measures the scheduler); its latency check is
-#                   set out of the way ($(RUN_HTTP_LOADGEN_P99)) and the
-#                   figures are reported instead.
+#                   upstream, then:
+#                     1/3 bin/loadgen straight at the upstream (out/loadgen-direct)
+#                     2/3 bin/loadgen through the gateway, same rate and keys
+#                         (out/loadgen-http)
+#                     3/3 bin/httpjudge probe: $(RUN_HTTP_PROBE_PAIRS) requests one at a
+#                         time, alternately straight and through the gateway,
+#                         timing each call alone (out/gateway/probe.json)
+#                   scrape the gateway's /metrics, stop it with SIGTERM, and
+#                   let bin/httpjudge report the load runs' end-to-end
+#                   figures (latency from intended start, service time,
+#                   rate) and judge what the gateway itself controls:
+#                     decision p99 (the middleware's time, /metrics)  < $(RUN_HTTP_DECISION_P99)
+#                     added latency p50 (probe: gateway - direct per pair) < $(RUN_HTTP_ADDED_P50)
+#                     errors through the gateway                      0
+#                     rate sustained through the gateway              99% to 101% of -rate
+#                   (over 101% means a warm-up backlog drained inside the
+#                   window: the generator had fallen behind). The load runs'
+#                   own verdicts (their latency check is set out of the way,
+#                   $(RUN_HTTP_LOADGEN_P99)) go to out/loadgen-*/stdout.txt.
 #                   Logs: out/gateway/gateway.log (stdout) and
 #                   out/gateway/gateway.json.log (slog), metrics
 #                   out/gateway/metrics.txt, verdict out/gateway/run-http.txt.
 #
-# The exit status is httpjudge's (0 pass, 1 objective missed, 2 bad input),
-# or the gateway's if it failed to start or to stop cleanly, or the load
-# generator's if it could not run (2).
+# Exit status: make exits 0 when every objective is met and 2 (make's own
+# status for any failed recipe) otherwise; the last line printed says why:
+# httpjudge's status (1 an objective missed, 2 bad input, 3 inconclusive:
+# the generator could not sustain the rate straight to the upstream either,
+# so the machine, not the gateway, is the limit), the gateway's exit status
+# if it failed to start or stop cleanly, or a load generator that could not
+# run.
 GATEWAY_BIN     := bin/gateway
 RUN_HTTP_CONFIG ?= cmd/gateway/run-http.yaml
 # The limit the load generator checks the admitted count against: the
@@ -31,6 +41,7 @@ RUN_HTTP_CONFIG ?= cmd/gateway/run-http.yaml
 RUN_HTTP_LIMIT  ?= 100
 RUN_HTTP_WINDOW ?= 1s
 RUN_HTTP_FLAGS  ?= -rate 2000 -warmup 3s -duration 10s -keys 10000
+RUN_HTTP_PROBE_PAIRS  ?= 2000
 RUN_HTTP_LOADGEN_P99  ?= 10s
 RUN_HTTP_DECISION_P99 ?= 1ms
 RUN_HTTP_ADDED_P50    ?= 5ms
@@ -43,7 +54,7 @@ gateway:
 run-http: gateway
 	$(GO) build -o bin/loadgen ./cmd/loadgen
 	$(GO) build -o bin/httpjudge ./cmd/gateway/httpjudge
-	@mkdir -p out/gateway && : > out/gateway/gateway.log
+	@mkdir -p out/gateway out/loadgen-direct out/loadgen-http && : > out/gateway/gateway.log
 	@$(GATEWAY_BIN) -config $(RUN_HTTP_CONFIG) -listen 127.0.0.1:0 -upstream builtin -pprof 127.0.0.1:0 \
 		> out/gateway/gateway.log 2> out/gateway/gateway.json.log & gw=$$!; \
 	trap 'kill -TERM $$gw 2>/dev/null; wait $$gw' INT TERM EXIT; \
@@ -51,24 +62,35 @@ run-http: gateway
 		url=$$(sed -n 's/.*listening on \(http:[^,]*\),.*/\1/p' out/gateway/gateway.log); \
 		[ -n "$$url" ] && break; kill -0 $$gw 2>/dev/null || break; sleep 0.1; i=$$((i+1)); \
 	done; \
-	if [ -z "$$url" ]; then echo "gateway did not start:"; cat out/gateway/gateway.log out/gateway/gateway.json.log; exit 1; fi; \
+	if [ -z "$$url" ]; then echo "gateway did not start:"; cat out/gateway/gateway.log out/gateway/gateway.json.log; \
+		echo "run-http: FAIL (the gateway did not start)"; exit 1; fi; \
 	up=$$(sed -n 's/.*builtin upstream on \(http:[^ ]*\).*/\1/p' out/gateway/gateway.log); \
 	adm=$$(sed -n 's/.*metrics on \(http:[^ ]*\/metrics\).*/\1/p' out/gateway/gateway.log); \
 	echo "gateway listening on $$url, upstream $$up, metrics $$adm"; \
-	echo "run-http: 1/2 straight at the upstream"; \
+	echo "run-http: 1/3 load straight at the upstream"; \
 	bin/loadgen -q -target $$up/ -header X-API-Key -limit $(RUN_HTTP_LIMIT) -window $(RUN_HTTP_WINDOW) \
-		-p99 $(RUN_HTTP_LOADGEN_P99) -out out/loadgen-direct $(RUN_HTTP_FLAGS); rc1=$$?; \
-	echo "run-http: 2/2 through the gateway"; \
+		-p99 $(RUN_HTTP_LOADGEN_P99) -out out/loadgen-direct $(RUN_HTTP_FLAGS) > out/loadgen-direct/stdout.txt; rc1=$$?; \
+	echo "run-http: 2/3 the same load through the gateway"; \
 	bin/loadgen -q -target $$url/ -header X-API-Key -limit $(RUN_HTTP_LIMIT) -window $(RUN_HTTP_WINDOW) \
-		-p99 $(RUN_HTTP_LOADGEN_P99) -out out/loadgen-http $(RUN_HTTP_FLAGS); rc2=$$?; \
+		-p99 $(RUN_HTTP_LOADGEN_P99) -out out/loadgen-http $(RUN_HTTP_FLAGS) > out/loadgen-http/stdout.txt; rc2=$$?; \
+	echo "run-http: 3/3 interleaved probe, $(RUN_HTTP_PROBE_PAIRS) pairs"; \
+	bin/httpjudge probe -direct $$up/ -gateway $$url/ -n $(RUN_HTTP_PROBE_PAIRS) -out out/gateway/probe.json; rc3=$$?; \
 	curl -fsS $$adm > out/gateway/metrics.txt || wget -qO out/gateway/metrics.txt $$adm; \
 	trap - INT TERM EXIT; kill -TERM $$gw; wait $$gw; gwrc=$$?; \
 	cat out/gateway/gateway.log; \
-	if [ $$gwrc -ne 0 ]; then echo "gateway exited with $$gwrc"; exit $$gwrc; fi; \
-	if [ $$rc1 -gt 1 ] || [ $$rc2 -gt 1 ]; then echo "the load generator could not run ($$rc1, $$rc2)"; exit 2; fi; \
+	if [ $$gwrc -ne 0 ]; then echo "run-http: FAIL (the gateway exited with $$gwrc)"; exit $$gwrc; fi; \
+	if [ $$rc1 -gt 1 ] || [ $$rc2 -gt 1 ] || [ $$rc3 -ne 0 ]; then \
+		echo "run-http: FAIL (a load run or the probe could not run: $$rc1, $$rc2, $$rc3; see out/loadgen-*/stdout.txt)"; exit 2; fi; \
 	bin/httpjudge -direct out/loadgen-direct/report.json -gateway out/loadgen-http/report.json \
-		-metrics out/gateway/metrics.txt -decision-p99 $(RUN_HTTP_DECISION_P99) -added-p50 $(RUN_HTTP_ADDED_P50) \
-		| tee out/gateway/run-http.txt; exit $${PIPESTATUS[0]}
+		-probe out/gateway/probe.json -metrics out/gateway/metrics.txt \
+		-decision-p99 $(RUN_HTTP_DECISION_P99) -added-p50 $(RUN_HTTP_ADDED_P50) > out/gateway/run-http.txt; jrc=$$?; \
+	cat out/gateway/run-http.txt; \
+	case $$jrc in \
+		0) echo "run-http: PASS";; \
+		1) echo "run-http: FAIL (httpjudge exit 1: an objective was missed)";; \
+		3) echo "run-http: INCONCLUSIVE (httpjudge exit 3: the machine could not offer the load even without the gateway)";; \
+		*) echo "run-http: FAIL (httpjudge exit $$jrc: bad input)";; \
+	esac; exit $$jrc
 
 .PHONY: httplimit-bench-smoke
 ## httplimit-bench-smoke (make test): the middleware benchmarks once each, so

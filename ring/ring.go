@@ -20,7 +20,9 @@
 // last is the tick of the newest batch of recorded requests, next the ring
 // position the next request will take (< Limit), batch the size of the
 // newest batch (1..Limit). Limit <= 65535 keeps next and batch in 16 bits,
-// and next == 0xFFFF (impossible for a live ring) marks a free record (Dead).
+// and next == 0xFFFF (impossible for a live ring) marks a head that is not
+// a live ring: a free record (Dead, batch 0) or a ring being reset in place
+// (batch >= 1, see "Time").
 //
 // # Why no reader acts on a claimed but unwritten slot
 //
@@ -56,11 +58,40 @@
 //     counts at last: a key's time never goes back, and its state is
 //     never judged empty by a time older than its newest entry.
 //   - otherwise, d in (Wq, 2^32 - LateMax): last is more than a window old,
-//     so nothing in the ring counts (Idle). Take and Peek report Idle
-//     without touching the ring; the engine recreates the key empty. Never
-//     writing a new request into a ring whose entries are all old keeps the
-//     span of a live ring's ticks below (Limit+1) x (Wq+1), far below 2^31,
-//     which is what makes the int32 comparisons in raise exact.
+//     so nothing in the ring counts (Idle). Peek reports Idle without
+//     touching the ring. Take records at now on the ring as it is, like any
+//     request, if the ring's oldest entry (the slot at next) is less than
+//     RewriteAge (2^30) ticks old. Otherwise it first resets the ring in
+//     place: it CASes the head to a resetting mark (next 0xFFFF, its tick
+//     in last), stores now-Wq-1 (outside the window from now on) into every
+//     slot, and CASes the head from the mark to the new ring holding its n
+//     requests. While the mark is up, other requests for the key get Busy
+//     and retry (the reset is Limit stores; only a resetter that is
+//     descheduled in between makes them wait longer). The slot stores are
+//     plain stores, not raises: nobody else writes the ring while the mark
+//     is up, except late writers, whose ticks are at most last and so below
+//     the reset's tick (a raise never writes them over it). Nothing frees
+//     a record under the mark (a sweep finds it not idle; a Reset waits
+//     for the mark to go, see package shard's Config.Transient), so the
+//     final CAS cannot fail for that reason, and no store of the reset can
+//     land in a later owner's ring. (Should the final CAS fail all the
+//     same, the request reports Stale and is decided again.)
+//
+// Why the oldest entry's age decides: every comparison of two ticks here
+// (inWindow's now-ts <= Wq, raise's int32(ts-c)) is exact only while the
+// true difference is below 2^31. A request that is not idle comes within
+// Wq of last, and overwrites the oldest entry; so between two idle
+// requests at most Limit requests rotate the ring, each within Wq of the
+// previous, and every entry is younger than RewriteAge + Limit x (Wq+1)
+// ticks, below 2^31 (package engine picks the tick so that 2 x (Limit+1)
+// x (Wq+1) < 2^31). An idle request that finds the oldest entry younger
+// than RewriteAge keeps that true; one that finds it older rewrites every
+// slot. The age it reads is exact: a live key's newest tick is never more
+// than 2^31 + Wq behind a decision (the engine's wrap guard) and the ring
+// spans less than 2^30 + Limit x (Wq+1) ticks behind it, less than 2^32 in
+// all. So a sparse key (idle between requests, the common case with many
+// keys) costs what an active one does; only a key left idle for 2^30 ticks
+// (17.9 min at 1 µs) without a sweep pays the Limit stores.
 //
 // The middle reading is unambiguous only while no live key is older than
 // 2^32 - LateMax - Wq ticks at the time of a request; package engine sweeps
@@ -78,8 +109,26 @@ const MaxLimit = 0xFFFF
 // newest tick and still count at the newest; see "Time" above.
 const LateMax = 1 << 30
 
+// RewriteAge is the age (in ticks) of a ring's oldest entry from which a
+// request on the idle ring rewrites every slot before recording; see
+// "Time" above.
+const RewriteAge = 1 << 30
+
 // Dead is the head word of a record that holds no key.
 const Dead = uint64(0xFFFF) << 16
+
+// resetting is the head word that marks a ring being reset in place by a
+// request at tick now (see "Time").
+func resetting(now uint32) uint64 { return Pack(now, 0xFFFF, 1) }
+
+// live reports whether head word h is a live ring's (not Dead, not being
+// reset).
+func live(h uint64) bool { return h>>16&0xFFFF != 0xFFFF }
+
+// Resetting reports whether head word h marks a ring that a request is
+// resetting in place: its record must not be freed until the mark is gone
+// (the request's slot stores are plain stores, see "Time").
+func Resetting(h uint64) bool { return !live(h) && h != Dead }
 
 // Pack builds a head word.
 func Pack(last, next, batch uint32) uint64 {
@@ -111,7 +160,8 @@ const (
 	Denied  Status = iota // not admitted (recorded only in Penalty mode)
 	Allowed               // admitted and recorded
 	Stale                 // the record is free or belongs to another key: look the key up again
-	Idle                  // nothing in the ring counts any more: recreate the key empty
+	Idle                  // (Peek) nothing in the ring counts: the key is as good as empty
+	Busy                  // another request is resetting the ring in place: retry shortly
 )
 
 // Outcome describes a decision for the Decision fields. Delays are in
@@ -187,13 +237,47 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 	need := L - m + n - 1 // the entry that must be outside the window
 	for {
 		v := head.Load()
-		if v == Dead || id.Load() != hash {
+		if !live(v) {
+			if v != Dead && id.Load() == hash {
+				return Busy, Outcome{}
+			}
+			return Stale, Outcome{}
+		}
+		if id.Load() != hash {
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
 		t, idle := r.effective(now, last)
+		if idle && now-r.at(slots, last, next, batch, 0) < RewriteAge {
+			// Nothing counts, and even the oldest entry is young enough to
+			// be compared exactly (see "Time"): record at now on the ring
+			// as it is.
+			t, idle = now, false
+		}
 		if idle {
-			return Idle, Outcome{}
+			// Nothing counts and the oldest entry is too old to compare:
+			// reset in place, then record on the empty ring (n <= m <=
+			// Limit always fits). See "Time".
+			mark := resetting(now)
+			if !head.CompareAndSwap(v, mark) {
+				continue
+			}
+			empty := now - r.wq - 1
+			for i := range slots {
+				slots[i].Store(empty)
+			}
+			nn := n
+			if nn == L {
+				nn = 0
+			}
+			if !head.CompareAndSwap(mark, Pack(now, nn, n)) {
+				return Stale, Outcome{} // freed under the mark: look the key up again
+			}
+			var out Outcome
+			if detail {
+				out = Outcome{Remaining: m - n, ResetAfter: r.wq + 1}
+			}
+			return Allowed, out
 		}
 		old := r.at(slots, last, next, batch, need)
 		ok := !r.inWindow(t, old)
@@ -248,7 +332,13 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now uint32) (Status, Outcome) {
 	for {
 		v := head.Load()
-		if v == Dead || id.Load() != hash {
+		if !live(v) {
+			if v != Dead && id.Load() == hash {
+				return Busy, Outcome{}
+			}
+			return Stale, Outcome{}
+		}
+		if id.Load() != hash {
 			return Stale, Outcome{}
 		}
 		last, next, batch := Unpack(v)
@@ -341,15 +431,16 @@ func (r *Ring) First(slots []atomic.Uint32, now, n uint32) uint64 {
 // IsIdle reports whether head word h holds nothing that counts at tick now
 // or later (see "Time": a head newer than now is never idle).
 func (r *Ring) IsIdle(h uint64, now uint32) bool {
-	if h == Dead {
-		return false
+	if !live(h) {
+		return false // free, or being reset by a request (which is not idle)
 	}
 	last, _, _ := Unpack(h)
 	_, idle := r.effective(now, last)
 	return idle
 }
 
-// ReadyAt returns the tick from which head word h holds nothing.
+// ReadyAt returns the tick from which head word h holds nothing (for a ring
+// being reset: from which the resetting request's entries do not count).
 func (r *Ring) ReadyAt(h uint64) uint32 {
 	last, _, _ := Unpack(h)
 	return last + r.wq + 1

@@ -76,10 +76,6 @@ func (h *harness) model(now, n uint32) (bool, uint32) {
 
 func (h *harness) step(t testing.TB, now, n uint32) {
 	st, out := h.r.Take(&h.head, &h.id, 99, h.slots, now, n, true)
-	if st == Idle { // as package engine does: the key restarts empty
-		h.head.Store(h.r.First(h.slots, now, n))
-		st, out = Allowed, Outcome{Remaining: h.limit - n}
-	}
 	ok, rem := h.model(now, n)
 	if st == Stale || (st == Allowed) != ok || out.Remaining != rem {
 		t.Fatalf("Take(n=%d) at %d: status %d remaining %d, model allowed=%v remaining %d", n, now, st, out.Remaining, ok, rem)
@@ -213,12 +209,75 @@ func TestLateTimeCountsAtNewest(t *testing.T) {
 		}
 	}
 	for _, age := range []uint64{1001, 1 << 31, 1<<32 - LateMax - 1} {
+		head.Store(r.First(slots, T, 1))
 		old := uint32(T + age)
-		if st, _ := r.Take(&head, &id, 1, slots, old, 1, false); st != Idle {
-			t.Fatalf("Take %d ticks after the newest: %d, want Idle", age, st)
-		}
 		if !r.IsIdle(head.Load(), old) {
 			t.Fatalf("state not idle %d ticks after its newest tick", age)
 		}
+		if st, _ := r.Peek(&head, &id, 1, slots, old); st != Idle {
+			t.Fatalf("Peek %d ticks after the newest: %d, want Idle", age, st)
+		}
+		// Take records the request on the idle ring (resetting it in place
+		// first when its oldest entry is RewriteAge ticks old or more).
+		if st, _ := r.Take(&head, &id, 1, slots, old, 1, false); st != Allowed {
+			t.Fatalf("Take %d ticks after the newest: %d, want Allowed", age, st)
+		}
+		if last, _, _ := Unpack(head.Load()); last != old {
+			t.Fatalf("after the request: head %x", head.Load())
+		}
+		if age >= RewriteAge && slots[0].Load() != old-1000-1 {
+			t.Fatalf("ring %d ticks idle not rewritten: slot %d", age, slots[0].Load())
+		}
+		if st, _ := r.Take(&head, &id, 1, slots, old, 1, false); st != Denied {
+			t.Fatalf("second Take at %d: %d, want Denied", old, st)
+		}
+	}
+}
+
+// A ring that goes idle is written on as it is while its oldest entry is
+// younger than RewriteAge; from that age on the next Take resets it in
+// place: every slot is rewritten to a tick just outside the window (so no
+// comparison ever sees two ticks 2^31 apart), the head carries the new
+// request. While another request holds the resetting mark, Take and Peek
+// report Busy; a record freed under the mark makes the resetter Stale.
+func TestIdleRingResetsInPlace(t *testing.T) {
+	r := New(4, 10, false)
+	var head, id atomic.Uint64
+	id.Store(5)
+	slots := make([]atomic.Uint32, 4)
+	head.Store(r.First(slots, 100, 1))
+	if st, out := r.Take(&head, &id, 5, slots, 200, 2, true); st != Allowed || out.Remaining != 2 || out.ResetAfter != 11 {
+		t.Fatalf("Take on an idle ring: %d %+v", st, out)
+	}
+	if last, next, batch := Unpack(head.Load()); last != 200 || next != 3 || batch != 2 {
+		t.Fatalf("head after recording on the idle ring: %d %d %d", last, next, batch)
+	}
+	if v := slots[3].Load(); v != 100-10-1 {
+		t.Fatalf("an old slot was rewritten (%d) though the ring's oldest entry was young", v)
+	}
+	far := uint32(200 + RewriteAge + 5)
+	if st, out := r.Take(&head, &id, 5, slots, far, 2, true); st != Allowed || out.Remaining != 2 || out.ResetAfter != 11 {
+		t.Fatalf("Take on a ring idle RewriteAge ticks: %d %+v", st, out)
+	}
+	for i := range slots {
+		if v := slots[i].Load(); v != far-10-1 {
+			t.Fatalf("slot %d = %d after the reset, want %d", i, v, far-10-1)
+		}
+	}
+	if last, next, batch := Unpack(head.Load()); last != far || next != 2 || batch != 2 {
+		t.Fatalf("head after the reset: %d %d %d", last, next, batch)
+	}
+	head.Store(resetting(300))
+	if st, _ := r.Take(&head, &id, 5, slots, 301, 1, false); st != Busy {
+		t.Fatalf("Take under the mark: %d, want Busy", st)
+	}
+	if st, _ := r.Peek(&head, &id, 5, slots, 301); st != Busy {
+		t.Fatalf("Peek under the mark: %d, want Busy", st)
+	}
+	if st, _ := r.Take(&head, &id, 6, slots, 301, 1, false); st != Stale {
+		t.Fatalf("Take of another key under the mark: %d, want Stale", st)
+	}
+	if r.IsIdle(head.Load(), 1000) {
+		t.Fatal("a ring being reset reported idle")
 	}
 }

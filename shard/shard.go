@@ -1,24 +1,31 @@
-// Package shard is the key table: keys are hashed with a seeded xxhash, the
-// hash picks one of a power-of-two number of shards, and each shard maps the
-// hash to a record in its slab.
+// Package shard holds the key tables: a key is hashed under a per-table
+// random seed, the hash picks one of a power-of-two number of shards, and
+// each shard maps the hash to a record: a state word beside the key's hash.
+// There are two tables. Flat (SlidingCounter) keeps the record in the slot
+// the hash probes to, so a decision reads one cache line; see its doc.
+// Table (SlidingLog) keeps a small index of 4-byte entries that point to
+// records in slabs, each record followed by its ring of Limit ticks, which
+// would make a one-level table's empty slots too costly. Both follow one
+// reclamation protocol, stated below.
 //
 // # Identity
 //
-// A key's identity is its 64-bit seeded hash; the key bytes are not kept.
-// Two keys collide only if their 64-bit hashes are equal: with n keys the
-// chance that any two of them collide is about n^2 / 2^65, which is 2.7e-6
-// at 10 million keys (they would then share one limit). The seed is random
-// per Table, so nobody can craft keys that collide with a victim's.
+// A key's identity is its 64-bit hash (package keyhash: hash/maphash under
+// a random per-table seed); the key bytes are not kept. Two keys collide
+// only if their 64-bit hashes are equal: with n keys the chance that any
+// two of them collide is about n^2 / 2^65, which is 2.7e-6 at 10 million
+// keys (they would then share one limit). Nobody can craft keys that
+// collide with a victim's without the seed; keyhash's doc says why seeded
+// xxhash, which this package used before, does not give that.
 //
 // # Layout, and why it is pointer-free
 //
-// A record is two words: the algorithm's state word and the key's hash.
-// Records (and, for SlidingLog, their rings of uint32 ticks) live in chunks
-// allocated as plain []atomic.Uint64 / []atomic.Uint32 arrays, which hold no
-// pointers, so the garbage collector never scans key state: 10 million keys
-// are a few thousand chunk headers to the GC, not 10 million objects.
+// Records (and, for SlidingLog, their rings of uint32 ticks) live in
+// arrays of atomic words, which hold no pointers, so the garbage collector
+// never scans key state: 10 million keys are a few thousand array headers
+// to the GC, not 10 million objects.
 //
-// The index of a shard is an open-addressing table of uint32 entries
+// The index of a Table shard is an open-addressing table of uint32 entries
 // (linear probing): an 8-bit tag from the hash and a 24-bit record
 // reference. The tag spares most probes a look at the record; the record's
 // full hash confirms a match. 4-byte entries at a load factor between 0.4
@@ -32,41 +39,42 @@
 // gives the garbage collector 4 MB (100k keys) to 50 MB (1 M keys) of heap
 // to scan against our constant 0.12 MB. A limiter that must bound memory
 // and GC work for millions of keys wants the second pair of numbers, so the
-// pointer-free table stays.
+// pointer-free tables stay.
 //
 // # Concurrency
 //
-// Lookups take no lock: they load the shard's current index (an atomic
-// pointer), probe it with atomic loads, and confirm the record's hash.
-// Inserts, removals, index growth and sweeps of a shard happen under that
-// shard's mutex. Growth builds a new index and publishes it with one atomic
-// store; a reader still probing the old one may miss a key inserted after
-// the copy, and a reader may miss a key while a removal shifts entries back.
-// Such a miss is never final: callers treat a miss as "take the lock and
-// look again" before inserting, so one key never gets two records.
+// Lookups take no lock: they load the shard's current index or table (an
+// atomic pointer), probe it with atomic loads, and confirm the record's
+// hash. Inserts, removals, growth and sweeps of a shard happen under that
+// shard's mutex. Growth builds a new index (or table) and publishes it with
+// one atomic store; a reader still probing the old one may miss a key
+// inserted after the copy, and a reader may miss a key while a removal
+// shifts entries back. Such a miss is never final: callers treat a miss as
+// "take the lock and look again" before inserting, so one key never gets
+// two records.
 //
 // # Reclamation
 //
-// Records are recycled, and the whole protocol lives here, in one file. The
-// Table is given the algorithm's idle test (Config.Idle: does this state
+// Records are recycled, and the whole protocol lives in this package. A
+// table is given the algorithm's idle test (Config.Idle: does this state
 // word hold anything that counts at or after time now, and if so from when
-// on will it not) and the limiter's clock (Config.Now). A record holding a
-// key is freed by exactly one routine, tryFree, under the shard's lock, and
-// only like this:
+// on will it not) and the limiter's clock (Config.Now). Every time a table
+// judges idleness by is a clock reading, never a caller's time (a time
+// ahead of the clock, passed to AllowAt, must not make other keys idle). A
+// record holding a key is freed by exactly one routine, tryFree, under the
+// shard's lock, and only like this:
 //
 //  1. load the state word w;
 //  2. read the clock afresh (after the load) and take now' = max(now, that
-//     reading), so that a caller's stale time (a sweep that read the clock
-//     before walking a million records, a late AllowAt, a Peek) never judges
-//     a word written after it;
+//     reading), so that a stale reading (a sweep that read the clock before
+//     walking a million records) never judges a word written after it;
 //  3. free only if Idle(w, now') says w holds nothing from now' on (or, in
-//     a sweep the caller declares total, unconditionally: the caller knows
-//     that no state was written within a window of now');
+//     a total sweep, unconditionally: see Sweep);
 //  4. CAS the word from w to Free: the CAS fails if any request wrote the
 //     word since step 1 (the key became active again), and then nothing is
 //     freed;
-//  5. remove the key from the index and put the record on the free list,
-//     noting now' as the time from which it is reusable.
+//  5. remove the key from the index (Flat: mark its slot a tombstone) and
+//     note now' as the time from which the record is reusable.
 //
 // The idle test is the algorithm's: a word whose newest time is ahead of
 // now' (written at a later time than the clock shows) is never idle. Late
@@ -74,33 +82,41 @@
 // are harmless: their CAS on the word fails once it is Free, and a record is
 // reused for a new key only with state dated no earlier than its noted time,
 // which is after everything its previous owner wrote (package ring relies on
-// that for its slots).
+// that for its slots), and, by the caller, no earlier than a clock reading
+// taken under the shard's lock after it found the key missing: later than
+// any reading that freed the key's previous incarnation, so a request that
+// read the clock long ago cannot recreate a key, freed as idle, back in the
+// window that made it active.
 //
-// Three callers start the protocol: Sweep (every record of every shard),
-// FreeKey (one key whose state the caller found idle, so that it restarts
-// empty) and Alloc itself (a new key in a full shard reuses an idle record,
-// lazy reuse). Forget is the one way to free a record that is not idle
-// (engine's Reset): it is reusable only from the time its old state would
+// Two callers start the protocol: Sweep (every record of every shard, at a
+// clock reading) and Alloc/Claim (a new key when MaxKeys keys are held
+// reuses an idle record of its shard: lazy reuse, which examines at most
+// 64 records per new key, so that a flood of new keys at the bound costs
+// bounded work, and after a fruitless look skips looking until the soonest
+// idle time it saw or Config.Rescan; a Reset makes it look at once). Forget
+// is the one way to free a record that is not idle (engine's Reset of a
+// SlidingLog key): it is reusable only from the time its old state would
 // have emptied (deferred), so late writers still find newer values.
 //
 // # Capacity
 //
 // Config.MaxKeys bounds the records handed out in the whole Table (a global
 // count, not a per-shard split), so a new key overflows only when MaxKeys
-// records are in use, or free but held by other shards' free lists (they are
+// records are in use (idle ones included, until the sweep or lazy reuse
+// frees them), or free but held by other shards' free lists (they are
 // reused by those shards' keys; Len then reads below MaxKeys by that many).
 // A shard's own ceiling is its fair share times 4 plus 64 (for hashed keys
-// unreachable in practice), which keeps its chunk table small.
+// unreachable in practice), which keeps its chunk table small. Flat bounds
+// live keys the same way (see its doc).
 package shard
 
 import (
-	crand "crypto/rand"
-	"encoding/binary"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/cespare/xxhash/v2"
+	"github.com/slidelimit/slidelimit/internal/keyhash"
 )
 
 // CacheLine is the padding unit for fields written by one core and read by
@@ -122,11 +138,19 @@ type Record struct {
 // RecordBytes is the size of a Record.
 const RecordBytes = int(unsafe.Sizeof(Record{}))
 
-// chunk is a block of records and their rings. Both slices point to arrays
-// without pointers.
+// RecordRingBytes is the slab bytes of a Table record and its ring of
+// slotsPer ticks (padded to whole words).
+func RecordRingBytes(slotsPer int) int { return 8 * (2 + (slotsPer+1)/2) }
+
+// chunk is a block of records, each followed by its ring: record r of the
+// chunk is words [r*stride, r*stride+2) (State, Hash) and its ring of
+// SlotsPer uint32 ticks the words after them, so the head word and the
+// ring slots a decision reads (see package ring: the oldest entry, at the
+// ring's next position, and the newest batch just before it) are a line or
+// two from each other instead of in another region. The array holds no
+// pointers.
 type chunk struct {
-	recs  []Record
-	slots []atomic.Uint32
+	words []atomic.Uint64
 }
 
 type index struct {
@@ -155,6 +179,10 @@ type Config struct {
 	Idle func(w uint64, now int64) (idle bool, readyAt int64)
 	// Now reads the clock Idle's times come from (required with Idle).
 	Now func() int64
+	// Transient reports whether a state word is being rewritten by a
+	// request that owns the record for the moment (SlidingLog's in-place
+	// ring reset): Forget waits until it is not. Such a word is never idle.
+	Transient func(w uint64) bool
 	// Rescan is the longest a full shard skips lazy-reuse scans after one
 	// found nothing idle (the scan saw only a sample); 0 means 1.
 	Rescan int64
@@ -164,8 +192,9 @@ type Config struct {
 type Table struct {
 	shards     []Shard
 	mask       uint64
-	seed       uint64
+	hasher     keyhash.Hasher
 	slotsPer   uint32
+	stride     uint32 // words per record and ring
 	chunkShift uint32
 	chunkMask  uint32
 	perShard   uint32 // ceiling of one shard
@@ -174,6 +203,7 @@ type Table struct {
 	allocated  atomic.Int64 // records handed out of chunks, all shards
 	idle       func(w uint64, now int64) (bool, int64)
 	now        func() int64
+	transient  func(w uint64) bool
 	rescan     int64
 	reclaimed  atomic.Uint64 // records freed by tryFree
 }
@@ -218,12 +248,11 @@ type Deferred struct {
 
 // New returns an empty Table.
 func New(c Config) *Table {
-	var seed [8]byte
-	_, _ = crand.Read(seed[:]) // crypto/rand.Read never fails on supported platforms
 	n := c.Shards
 	fair := max(1, (c.MaxKeys+n-1)/n)
 	per := max(1, min(c.MaxKeys, 4*fair+64, MaxRecordsPerShard))
-	recBytes := RecordBytes + 4*c.SlotsPer
+	recBytes := RecordRingBytes(c.SlotsPer)
+	stride := recBytes / 8
 	cb := c.ChunkBytes
 	if cb <= 0 {
 		cb = 64 << 10
@@ -239,8 +268,9 @@ func New(c Config) *Table {
 	t := &Table{
 		shards:     make([]Shard, n),
 		mask:       uint64(n - 1),
-		seed:       binary.LittleEndian.Uint64(seed[:]),
+		hasher:     keyhash.New(),
 		slotsPer:   uint32(c.SlotsPer),
+		stride:     uint32(stride),
 		chunkShift: shift,
 		chunkMask:  uint32(rpc - 1),
 		perShard:   uint32(per),
@@ -248,6 +278,7 @@ func New(c Config) *Table {
 		capacity:   int64(c.MaxKeys),
 		idle:       c.Idle,
 		now:        c.Now,
+		transient:  c.Transient,
 		rescan:     max(c.Rescan, 1),
 	}
 	nchunks := (per + rpc - 1) / rpc
@@ -268,13 +299,9 @@ func newIndex(size int) *index {
 	return &index{e: make([]atomic.Uint32, size), mask: uint32(size - 1)}
 }
 
-// Hash returns the seeded 64-bit hash of key. It does not allocate.
-func (t *Table) Hash(key string) uint64 {
-	var d xxhash.Digest
-	d.ResetWithSeed(t.seed)
-	_, _ = d.WriteString(key)
-	return d.Sum64()
-}
+// Hash returns the 64-bit hash of key under the table's seed (package
+// keyhash). It does not allocate.
+func (t *Table) Hash(key string) uint64 { return t.hasher.Sum(key) }
 
 // Shard returns the shard of hash h.
 func (t *Table) Shard(h uint64) *Shard { return &t.shards[h&t.mask] }
@@ -296,12 +323,15 @@ func tag(h uint64) uint32  { return uint32(h>>56) << tagShift }
 // Record returns record ref of shard s and its ring slots.
 func (t *Table) Record(s *Shard, ref uint32) (*Record, []atomic.Uint32) {
 	c := s.chunks[ref>>t.chunkShift].Load()
-	o := ref & t.chunkMask
+	w := c.words[(ref&t.chunkMask)*t.stride:]
+	// Safety: a record is the two words at w[0:2], its ring the 4*slotsPer
+	// bytes after them, inside the chunk (stride covers both); the chunk
+	// holds no pointers and lives as long as the Table.
+	rec := (*Record)(unsafe.Pointer(&w[0]))
 	if t.slotsPer == 0 {
-		return &c.recs[o], nil
+		return rec, nil
 	}
-	lo := o * t.slotsPer
-	return &c.recs[o], c.slots[lo : lo+t.slotsPer : lo+t.slotsPer]
+	return rec, unsafe.Slice((*atomic.Uint32)(unsafe.Pointer(&w[2])), t.slotsPer)
 }
 
 // Lookup finds the record of hash h without taking a lock. A miss is not
@@ -320,6 +350,21 @@ func (t *Table) Lookup(h uint64) (*Shard, *Record, []atomic.Uint32) {
 			if rec.Hash.Load() == h {
 				return s, rec, slots
 			}
+		}
+	}
+}
+
+// Touch loads h's home index entry and, if one is there, the state word of
+// the record it names and the ring slot that word's bits 16-31 point at
+// (package ring's next position: the slot a decision reads), so that a
+// Lookup of h soon after finds those lines in cache (see Flat.Touch).
+func (t *Table) Touch(h uint64) {
+	s := &t.shards[h&t.mask]
+	ix := s.index.Load()
+	if e := ix.e[home(h)&ix.mask].Load(); e != 0 {
+		rec, slots := t.Record(s, e&refMask-1)
+		if next := int(rec.State.Load()>>16) & 0xFFFF; next < len(slots) {
+			slots[next].Load()
 		}
 	}
 }
@@ -371,17 +416,14 @@ func (s *Shard) growChunks(t *Table) bool {
 			continue
 		}
 		rpc := int(t.chunkMask + 1)
-		c := &chunk{recs: make([]Record, rpc)}
-		if t.slotsPer > 0 {
-			c.slots = make([]atomic.Uint32, rpc*int(t.slotsPer))
-		}
+		c := &chunk{words: make([]atomic.Uint64, rpc*int(t.stride))}
 		if t.free != 0 {
-			for j := range c.recs {
-				c.recs[j].State.Store(t.free)
+			for j := 0; j < rpc; j++ {
+				c.words[j*int(t.stride)].Store(t.free) // State is a record's first word
 			}
 		}
 		s.chunks[i].Store(c)
-		s.bytes.Add(int64(rpc * (RecordBytes + 4*int(t.slotsPer))))
+		s.bytes.Add(int64(rpc * 8 * int(t.stride)))
 		return true
 	}
 	return false
@@ -391,6 +433,7 @@ func (s *Shard) growChunks(t *Table) bool {
 // deferred one whose time has come (any of them, not only the oldest), a
 // fresh one while fewer than MaxKeys records are handed out in the Table,
 // or an idle one reclaimed on the spot (lazy reuse, see the package doc).
+// now is a clock reading (never a caller's time: see "Reclamation").
 // readyAt is a time from which the record's previous owner holds nothing
 // (0 for a fresh record); the caller must not date the new key's state
 // earlier. ok is false when none is available. Under the lock.
@@ -418,6 +461,15 @@ func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) 
 		return ref, 0, true
 	}
 	return t.reclaimOne(s, now)
+}
+
+// ClearIdleHint lets the next Alloc in the shard of h look for an idle
+// record at once (a Reset has just made one idle).
+func (t *Table) ClearIdleHint(h uint64) {
+	s := t.Shard(h)
+	s.Lock()
+	s.idleHint = 0
+	s.Unlock()
 }
 
 // reserve takes one record of the table-wide bound, if any is left. A CAS
@@ -475,7 +527,10 @@ func (t *Table) reclaimOne(s *Shard, now int64) (ref uint32, readyAt int64, ok b
 func (t *Table) tryFree(s *Shard, ref uint32, now int64, total bool) (freed bool, readyAt int64) {
 	rec, _ := t.Record(s, ref)
 	w := rec.State.Load()
-	if w == t.free {
+	if w == t.free || t.transient != nil && t.transient(w) {
+		// Free already, or being rewritten by a request (never freed, not
+		// even by a total sweep: its plain stores would land in the next
+		// owner's ring).
 		return false, 0
 	}
 	// A fresh reading, after the load: the word cannot have been written at
@@ -495,23 +550,8 @@ func (t *Table) tryFree(s *Shard, ref uint32, now int64, total bool) (freed bool
 }
 
 // Reclaimed returns how many idle records were freed so far (sweeps, lazy
-// reuse, FreeKey).
+// reuse).
 func (t *Table) Reclaimed() uint64 { return t.reclaimed.Load() }
-
-// FreeKey frees the record of hash h if it is idle (the caller found its
-// state too old to read, so the key restarts empty). It reports whether it
-// did; either way the caller looks the key up again.
-func (t *Table) FreeKey(h uint64, now int64) bool {
-	s := t.Shard(h)
-	s.Lock()
-	defer s.Unlock()
-	ref, ok := t.Find(s, h)
-	if !ok {
-		return false
-	}
-	freed, _ := t.tryFree(s, ref, now, false)
-	return freed
-}
 
 // Forget frees the record of hash h whether or not it is idle (a Reset):
 // it is reusable from the time its state would have emptied by itself, as
@@ -526,9 +566,24 @@ func (t *Table) Forget(h uint64, now int64) bool {
 		return false
 	}
 	rec, _ := t.Record(s, ref)
-	now = max(now, t.now())
 	for {
 		w := rec.State.Load()
+		if t.transient != nil && t.transient(w) {
+			// A request is rewriting the record with plain stores (package
+			// ring's reset): freeing it now would let a new owner's state
+			// be overwritten by stores still to come. The rewrite is Limit
+			// stores and ends with a CAS nothing else can take: wait for it
+			// without the lock.
+			s.Unlock()
+			runtime.Gosched()
+			s.Lock()
+			if ref, ok = t.Find(s, h); !ok {
+				return false
+			}
+			rec, _ = t.Record(s, ref)
+			continue
+		}
+		now := max(now, t.now())
 		ready := now
 		if t.idle != nil {
 			if idle, at := t.idle(w, now); !idle {
@@ -547,11 +602,13 @@ func (t *Table) Forget(h uint64, now int64) bool {
 // insert into the shard being swept waits microseconds, not a whole sweep.
 const sweepBatch = 512
 
-// Sweep frees every idle record of the Table as of now (each judged with a
-// fresh clock reading, see the package doc) and returns how many it freed.
-// With total, it frees every record whose word does not move under it: for
-// a caller that knows no state was written within a window of now (time
-// jumped far past all of them).
+// Sweep frees every idle record of the Table as of now, a clock reading
+// (each judged with a fresh one, see the package doc), and returns how
+// many it freed. With total, it frees every record whose word does not move
+// under it, without reading its time: for a caller that knows every state
+// was written far earlier than now (the clock jumped past all of them,
+// further than packed times can tell apart) and that no key is created
+// while it runs (package engine's wrap guard makes inserts wait for it).
 func (t *Table) Sweep(now int64, total bool) int {
 	if t.idle == nil {
 		return 0

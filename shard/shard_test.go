@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -184,5 +185,38 @@ func TestBoundAndReuse(t *testing.T) {
 	}
 	if tb.Capacity() != 10 {
 		t.Fatalf("Capacity = %d", tb.Capacity())
+	}
+}
+
+// Regression (second engine review, finding 2): Forget freed a record whose
+// state a request was rewriting with plain stores (a SlidingLog ring reset
+// in place), so the stores landed in the next owner's ring. Forget now
+// waits for a Transient state to settle, and no sweep frees one.
+func TestForgetWaitsForTransientState(t *testing.T) {
+	const transient = 42
+	tb := New(Config{Shards: 1, MaxKeys: 10, Free: 7,
+		Idle:      func(w uint64, now int64) (bool, int64) { return w != transient, now },
+		Now:       func() int64 { return 0 },
+		Transient: func(w uint64) bool { return w == transient }})
+	h := uint64(0xABCDEF)
+	ref := insert(tb, h)
+	rec, _ := tb.Record(tb.Shard(h), ref)
+	rec.State.Store(transient)
+	if n := tb.Sweep(0, true); n != 0 {
+		t.Fatalf("a total sweep freed a record under rewrite (%d)", n)
+	}
+	done := make(chan bool)
+	go func() { done <- tb.Forget(h, 0) }()
+	select {
+	case <-done:
+		t.Fatal("Forget returned while the state was transient")
+	case <-time.After(20 * time.Millisecond): // a bound on the test, not on the code: Forget must still be waiting
+	}
+	rec.State.Store(99) // the rewrite ends
+	if !<-done {
+		t.Fatal("Forget did not free the record once its state settled")
+	}
+	if s := rec.State.Load(); s != 7 {
+		t.Fatalf("state after Forget = %d, want Free", s)
 	}
 }

@@ -2,6 +2,7 @@ package peers
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -104,15 +105,36 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
+// BenchmarkAllowLimit is BenchmarkAllow's existing-key scenario at larger
+// limits (100k keys, uniform access), where a sliding log's state grows
+// with the limit: 16 (4 cache lines of ticks per key) and 100. Names:
+// BenchmarkAllowLimit/limit=<L>/keys=100k/uniform/impl=<name>.
+func BenchmarkAllowLimit(b *testing.B) {
+	const n = 100_000
+	for _, limit := range []int{16, 100} {
+		p := keyset.Keyed
+		p.Limit = limit
+		b.Run(fmt.Sprintf("limit=%d/keys=%s/uniform", limit, keyset.Size(n)), func(b *testing.B) {
+			for _, im := range impls() {
+				b.Run("impl="+im.Name, func(b *testing.B) { benchKeysProfile(b, im, n, keyset.Uniform, p) })
+			}
+		})
+	}
+}
+
 // benchKeys populates n keys and runs distribution d over them. The
 // population (and its heap figures) is rebuilt per distribution so that
 // each sub-benchmark stands alone and only one implementation's key state
 // is live at a time.
 func benchKeys(b *testing.B, im Impl, n int, d keyset.Dist) {
+	benchKeysProfile(b, im, n, d, keyset.Keyed)
+}
+
+func benchKeysProfile(b *testing.B, im Impl, n int, d keyset.Dist, p keyset.Profile) {
 	keys := keyset.Keys(n)
 	seq := keyset.Sequence(n, d)
 	before := measure.Take()
-	l := build(b, im, keyset.Keyed, n)
+	l := build(b, im, p, n)
 	for _, k := range keys {
 		l.Allow(k)
 	}

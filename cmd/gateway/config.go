@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,8 +55,16 @@ type rateLimiting struct {
 	KeyBudget *keyBudgetFile `yaml:"key_budget"`
 	// Stack applies every matching rule (stacked limits) instead of the
 	// first; tiers and the default still apply only where they match.
-	Stack           bool         `yaml:"stack"`
-	Exempt          exemptFile   `yaml:"exempt"`
+	Stack  bool       `yaml:"stack"`
+	Exempt exemptFile `yaml:"exempt"`
+	// Preflight is the quota CORS preflights get per client IP, apart from
+	// every rule's (they never spend a rule's quota); absent: the default
+	// policy's limit and window.
+	Preflight *preflightFile `yaml:"preflight"`
+	// DenyCORSOrigins are the origins (or "*") a 429 of the gateway's own
+	// is readable from in a browser: it then carries
+	// Access-Control-Allow-Origin. Empty: none (see the README).
+	DenyCORSOrigins []string     `yaml:"deny_cors_origins"`
 	DenyBody        string       `yaml:"deny_body"`        // problem (application/problem+json, the default) or text
 	UpstreamHeaders string       `yaml:"upstream_headers"` // ours (the default) or theirs
 	Redis           *redisFile   `yaml:"redis"`
@@ -104,6 +114,11 @@ type keyBudgetFile struct {
 	MemoryLimitMB int64 `yaml:"memory_limit_mb"`
 }
 
+type preflightFile struct {
+	WindowSizeMs *int64 `yaml:"window_size_ms"`
+	MaxRequests  *int   `yaml:"max_requests"`
+}
+
 type exemptFile struct {
 	Paths   []string `yaml:"paths"`
 	CIDRs   []string `yaml:"cidrs"`
@@ -127,9 +142,26 @@ type redisFile struct {
 // from clients. Zero means the nginx-like default.
 type proxyFile struct {
 	DialTimeoutMs           int64 `yaml:"dial_timeout_ms"`            // proxy_connect_timeout, 60 s
-	ResponseHeaderTimeoutMs int64 `yaml:"response_header_timeout_ms"` // proxy_read_timeout for the header, 60 s
+	ResponseHeaderTimeoutMs int64 `yaml:"response_header_timeout_ms"` // until the response header, 60 s
+	ReadTimeoutMs           int64 `yaml:"read_timeout_ms"`            // proxy_read_timeout: between two reads of the response body, 60 s
 	IdleConnTimeoutMs       int64 `yaml:"idle_conn_timeout_ms"`       // idle upstream connections, 90 s
 	MaxBodyBytes            int64 `yaml:"max_body_bytes"`             // client_max_body_size, 1 MiB; -1: no limit
+	ClientBodyTimeoutMs     int64 `yaml:"client_body_timeout_ms"`     // client_body_timeout: between two reads of the request body, 60 s
+	ClientSendTimeoutMs     int64 `yaml:"client_send_timeout_ms"`     // send_timeout: between two writes of the response to the client, 60 s
+	// RequestBuffering (proxy_request_buffering, default true) reads the
+	// whole request body before the upstream is contacted, so a client
+	// that trickles its body holds no upstream connection.
+	RequestBuffering *bool `yaml:"request_buffering"`
+	// BodyMemoryBytes is how much of a buffered body is kept in memory
+	// (client_body_buffer_size); the rest goes to a temporary file. 16 KiB:
+	// slow uploads cost memory per connection, the disk is cheaper.
+	BodyMemoryBytes int64 `yaml:"body_memory_bytes"`
+	// UnderscoresInHeaders passes request headers whose names contain "_"
+	// (nginx's underscores_in_headers, default false: dropped, since
+	// CGI/WSGI upstreams read X_Real_IP as X-Real-IP). Names with other
+	// characters than letters, digits and "-" are always dropped (nginx's
+	// ignore_invalid_headers).
+	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
 }
 
 // serverFile is the client-facing listener. Read at start only: a reload
@@ -147,6 +179,9 @@ type logFile struct {
 	// sampling keeps the log useful and cheap.
 	DenySample int `yaml:"deny_sample"`
 }
+
+// minTierKeyLen is the shortest tier API key accepted.
+const minTierKeyLen = 16
 
 // maxMemoryLimitMB bounds memory_limit_mb so the byte count cannot
 // overflow (1 TiB of key state is far beyond any sane gateway).
@@ -218,8 +253,12 @@ type redisConfig struct {
 }
 
 type proxyConfig struct {
-	dialTimeout, responseHeaderTimeout, idleConnTimeout time.Duration
-	maxBody                                             int64 // < 0: unlimited
+	dialTimeout, responseHeaderTimeout, readTimeout, idleConnTimeout time.Duration
+	maxBody                                                          int64 // < 0: unlimited
+	clientBodyTimeout, clientSendTimeout                             time.Duration
+	buffering                                                        bool
+	bodyMemory                                                       int64
+	underscores                                                      bool
 }
 
 type serverConfig struct{ readHeaderTimeout, idleTimeout time.Duration }
@@ -233,8 +272,12 @@ type logConfig struct {
 const (
 	defaultDialTimeout           = 60 * time.Second
 	defaultResponseHeaderTimeout = 60 * time.Second
+	defaultReadTimeout           = 60 * time.Second
 	defaultIdleConnTimeout       = 90 * time.Second
 	defaultMaxBody               = 1 << 20
+	defaultClientBodyTimeout     = 60 * time.Second
+	defaultClientSendTimeout     = 60 * time.Second
+	defaultBodyMemory            = 16 << 10 // nginx's client_body_buffer_size on 64-bit
 	defaultReadHeaderTimeout     = 60 * time.Second
 	defaultIdleTimeout           = 75 * time.Second
 )
@@ -318,8 +361,27 @@ func (p proxyFile) config() (proxyConfig, error) {
 	if c.responseHeaderTimeout, err = msField("proxy.response_header_timeout_ms", p.ResponseHeaderTimeoutMs, defaultResponseHeaderTimeout); err != nil {
 		return c, err
 	}
+	if c.readTimeout, err = msField("proxy.read_timeout_ms", p.ReadTimeoutMs, defaultReadTimeout); err != nil {
+		return c, err
+	}
 	if c.idleConnTimeout, err = msField("proxy.idle_conn_timeout_ms", p.IdleConnTimeoutMs, defaultIdleConnTimeout); err != nil {
 		return c, err
+	}
+	if c.clientBodyTimeout, err = msField("proxy.client_body_timeout_ms", p.ClientBodyTimeoutMs, defaultClientBodyTimeout); err != nil {
+		return c, err
+	}
+	if c.clientSendTimeout, err = msField("proxy.client_send_timeout_ms", p.ClientSendTimeoutMs, defaultClientSendTimeout); err != nil {
+		return c, err
+	}
+	c.buffering = p.RequestBuffering == nil || *p.RequestBuffering
+	c.underscores = p.UnderscoresInHeaders
+	switch {
+	case p.BodyMemoryBytes == 0:
+		c.bodyMemory = defaultBodyMemory
+	case p.BodyMemoryBytes < 0 || p.BodyMemoryBytes > 64<<20:
+		return c, fieldErr("proxy.body_memory_bytes", "must be in [1, %d] (0: the default %d), got %d", 64<<20, defaultBodyMemory, p.BodyMemoryBytes)
+	default:
+		c.bodyMemory = p.BodyMemoryBytes
 	}
 	switch {
 	case p.MaxBodyBytes == 0:
@@ -373,6 +435,8 @@ func (r *redisFile) config() (*redisConfig, error) {
 	c := &redisConfig{addr: r.Address, db: r.DB, prefix: r.Prefix, nodes: r.Nodes}
 	if _, port, err := net.SplitHostPort(r.Address); err != nil || port == "" {
 		return nil, fieldErr(p+".address", "%q is not host:port", r.Address)
+	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nil, fieldErr(p+".address", "%q: the port must be a number in [1, 65535]", r.Address)
 	}
 	if r.DB < 0 || r.DB > 15 {
 		return nil, fieldErr(p+".db", "must be in [0, 15], got %d", r.DB)
@@ -455,15 +519,18 @@ func (rl *rateLimiting) fill(c *config) error {
 		return fieldErr(p+".key_header", "%q is not a valid header name", keyHeader)
 	}
 	keys := keyFuncs{ip: ipKey, header: httplimit.Header(keyHeader),
-		// Everything that shapes the keys a key source returns; a rule
-		// whose keys change on reload starts from empty state.
-		spec: fmt.Sprintf("trusted=%v forwarded=%q v4=%d v6=%d header=%q", trusted, rl.ForwardedHeader, rl.IPv4Prefix, rl.IPv6Prefix, http.CanonicalHeaderKey(keyHeader)),
+		// What shapes the keys each source returns; a rule whose keys
+		// change on reload starts from empty state, one whose keys keep
+		// their meaning keeps it (an ip rule is untouched by a new
+		// key_header or key_budget).
+		ipSpec:     fmt.Sprintf("trusted=%v forwarded=%q v4=%d v6=%d", trusted, rl.ForwardedHeader, rl.IPv4Prefix, rl.IPv6Prefix),
+		headerName: http.CanonicalHeaderKey(keyHeader),
 	}
 	c.trusted = trusted
 	if kb := rl.KeyBudget; kb != nil {
 		const f = p + ".key_budget"
-		if kb.NewKeys < 1 {
-			return fieldErr(f+".new_keys", "must be >= 1, got %d", kb.NewKeys)
+		if kb.NewKeys < 1 || kb.NewKeys > engine.MaxLogLimit {
+			return fieldErr(f+".new_keys", "must be in [1, %d], got %d", engine.MaxLogLimit, kb.NewKeys)
 		}
 		win, err := msField(f+".window_ms", kb.WindowMs, time.Duration(sw.WindowSizeMs)*time.Millisecond)
 		if err != nil {
@@ -476,9 +543,8 @@ func (rl *rateLimiting) fill(c *config) error {
 			cfg: httplimit.KeyBudgetConfig{Key: keys.header, IP: ipKey, NewKeys: kb.NewKeys, Window: win, MaxMemory: kb.MemoryLimitMB << 20},
 			ref: &budgetRef{},
 		}
-		c.budget.fp = fmt.Sprintf("key-budget %s new=%d window=%v mem=%d", keys.spec, kb.NewKeys, win, kb.MemoryLimitMB)
+		c.budget.fp = fmt.Sprintf("key-budget %s new=%d window=%v mem=%d", keys.specFor("header"), kb.NewKeys, win, kb.MemoryLimitMB)
 		keys.budget = c.budget.ref
-		keys.spec += " budget=" + c.budget.fp
 	}
 	redisCfg, err := rl.Redis.config()
 	if err != nil {
@@ -529,7 +595,7 @@ func (rl *rateLimiting) fill(c *config) error {
 	}
 	defKeyName := rl.Key
 	memory := func(field, name, keyName string, ec engine.Config) backendSpec {
-		return backendSpec{field: field, kind: "memory", fp: fmt.Sprintf("memory name=%q key=%q %s engine=%+v", name, keyName, keys.spec, ec)}
+		return backendSpec{field: field, kind: "memory", fp: fmt.Sprintf("memory name=%q %s engine=%+v", name, keys.specFor(keyName), ec)}
 	}
 	names := map[string]string{}
 	claim := func(field, name string) error {
@@ -601,7 +667,7 @@ func (rl *rateLimiting) fill(c *config) error {
 			}
 			keyName = rc.Key
 		}
-		bs, err := ruleBackend(f, rc, keyName, keys.spec, ec, redisCfg)
+		bs, err := ruleBackend(f, rc, keys.specFor(keyName), ec, redisCfg)
 		if err != nil {
 			return err
 		}
@@ -611,6 +677,9 @@ func (rl *rateLimiting) fill(c *config) error {
 		c.backends = append(c.backends, bs)
 		opts.Rules = append(opts.Rules, httplimit.Rule{
 			Name: rc.Name, Method: method, PathPrefix: rc.PathPrefix, Tier: rc.Tier, Engine: ec, Key: key,
+			// A hybrid's Decision.Remaining is its node's lease, not the
+			// global quota's remaining.
+			RemainingUnknown: bs.kind == "hybrid",
 		})
 	}
 
@@ -628,8 +697,12 @@ func (rl *rateLimiting) fill(c *config) error {
 			return fieldErr(f+".api_keys", "must list at least one API key")
 		}
 		for j, k := range tc.APIKeys {
-			if k == "" {
-				return fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "must not be empty")
+			if len(k) < minTierKeyLen {
+				// A tier key is a bearer credential: whoever sends it gets
+				// the tier's allowance, uncharged by the key budget. A short
+				// one is guessable (and the example's old "pro-key-1" was
+				// public).
+				return fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "must be at least %d characters (a secret, e.g. openssl rand -hex 16), got %d", minTierKeyLen, len(k))
 			}
 			if prev, ok := tierOf[k]; ok {
 				return fieldErr(fmt.Sprintf("%s.api_keys[%d]", f, j), "key already belongs to tier %q", prev)
@@ -684,12 +757,34 @@ func (rl *rateLimiting) fill(c *config) error {
 	}
 	opts.Default = &httplimit.Rule{Name: "default", Engine: def}
 	c.backends = append(c.backends, memory(swp, "default", defKeyName, def))
+
+	pf := rl.Preflight
+	if pf == nil {
+		pf = &preflightFile{}
+	}
+	pre, err := engineFor(p+".preflight", pf.WindowSizeMs, pf.MaxRequests, "")
+	if err != nil {
+		return err
+	}
+	if err := claim(p+".preflight", "preflight"); err != nil {
+		return err
+	}
+	// Preflights carry no credentials (no API key): keyed by client IP.
+	opts.Preflight = &httplimit.Rule{Name: "preflight", Engine: pre, Key: ipKey}
+	c.backends = append(c.backends, memory(p+".preflight", "preflight", "ip", pre))
+
+	for i, o := range rl.DenyCORSOrigins {
+		if !validOrigin(o) {
+			return fieldErr(fmt.Sprintf("%s.deny_cors_origins[%d]", p, i), "%q is not an origin (scheme://host[:port], or *)", o)
+		}
+	}
+	opts.OnDeny = corsDeny(opts.OnDeny, rl.DenyCORSOrigins)
 	c.opts = opts
 	return nil
 }
 
 // ruleBackend validates a rule's backend fields.
-func ruleBackend(f string, rc ruleConfig, keyName, keySpec string, ec engine.Config, redisCfg *redisConfig) (backendSpec, error) {
+func ruleBackend(f string, rc ruleConfig, keySpec string, ec engine.Config, redisCfg *redisConfig) (backendSpec, error) {
 	bs := backendSpec{field: f, kind: rc.Backend}
 	switch rc.Backend {
 	case "", "memory":
@@ -726,15 +821,32 @@ func ruleBackend(f string, rc ruleConfig, keyName, keySpec string, ec engine.Con
 		}
 		bs.lease = rc.MaxLease
 	}
-	bs.fp = fmt.Sprintf("%s name=%q key=%q %s alg=%v limit=%d window=%v penalty=%v redis=%+v sync=%v lease=%d",
-		bs.kind, rc.Name, keyName, keySpec, ec.Algorithm, ec.Limit, ec.Window, ec.Penalty, *redisCfg, bs.sync, bs.lease)
+	bs.fp = fmt.Sprintf("%s name=%q %s alg=%v limit=%d window=%v penalty=%v redis=%+v sync=%v lease=%d",
+		bs.kind, rc.Name, keySpec, ec.Algorithm, ec.Limit, ec.Window, ec.Penalty, *redisCfg, bs.sync, bs.lease)
 	return bs, nil
 }
 
 type keyFuncs struct {
 	ip, header httplimit.KeyFunc
 	budget     *budgetRef
-	spec       string
+	ipSpec     string // the client IP's settings (trusted proxies, header, prefixes)
+	headerName string // canonical key_header
+}
+
+// specFor is what shapes the keys the source named s returns, for the
+// fingerprints that decide whether a rule keeps its state on reload: the
+// IP settings for ip and route_ip; for header sources also the header and
+// whether a key budget stands in front (its fallback keys live in another
+// namespace than a key chain's). The budget's own numbers are not in it:
+// they change which requests use their API key, not what a key means.
+func (k keyFuncs) specFor(s string) string {
+	switch s {
+	case "", "ip":
+		return "key=ip " + k.ipSpec
+	case "route_ip":
+		return "key=route_ip " + k.ipSpec
+	}
+	return fmt.Sprintf("key=%s %s header=%q budget=%v", s, k.ipSpec, k.headerName, k.budget != nil)
 }
 
 // parse returns the key source s names. With a key budget every
@@ -810,3 +922,46 @@ func validToken(s string) bool {
 }
 
 func validHeaderName(s string) bool { return validToken(s) }
+
+// validOrigin reports whether o is "*" or a serialized origin:
+// scheme://host[:port], nothing after.
+func validOrigin(o string) bool {
+	if o == "*" {
+		return true
+	}
+	u, err := url.Parse(o)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		u.Path == "" && u.RawQuery == "" && u.Fragment == "" && u.User == nil && o == u.Scheme+"://"+u.Host
+}
+
+// corsDeny wraps deny so that a 429 the gateway answers itself is readable
+// by a browser script from the listed origins: the request's Origin is
+// echoed in Access-Control-Allow-Origin (with Vary: Origin and
+// Allow-Credentials, since an app's requests often carry cookies), or
+// "*" is sent for "*" (no credentials then). The body holds nothing but
+// the client's own rate-limit state. Off by default: which origins may
+// read the API's responses is the upstream's call, and a gateway that
+// echoed any origin would widen it.
+func corsDeny(deny func(http.ResponseWriter, *http.Request, httplimit.Denial), origins []string) func(http.ResponseWriter, *http.Request, httplimit.Denial) {
+	if len(origins) == 0 {
+		return deny
+	}
+	allowed := map[string]bool{}
+	for _, o := range origins {
+		allowed[o] = true
+	}
+	return func(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
+		if o := r.Header.Get("Origin"); o != "" {
+			h := w.Header()
+			switch {
+			case allowed[o]:
+				h.Set("Access-Control-Allow-Origin", o)
+				h.Set("Access-Control-Allow-Credentials", "true")
+				h.Add("Vary", "Origin")
+			case allowed["*"]:
+				h.Set("Access-Control-Allow-Origin", "*")
+			}
+		}
+		deny(w, r, d)
+	}
+}

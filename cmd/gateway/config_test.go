@@ -11,6 +11,9 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 )
 
+// tierKey is a tier API key long enough to be accepted.
+const tierKey = "0123456789abcdef0123"
+
 const minimal = `
 rate_limiting:
   sliding_window:
@@ -24,25 +27,23 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := c.opts
-	if len(opts.Rules) != 2 || opts.Rules[0].Name != "login" || opts.Rules[1].Name != "pro" || opts.Default == nil {
-		t.Fatalf("rules %+v default %+v", opts.Rules, opts.Default)
+	if len(opts.Rules) != 1 || opts.Rules[0].Name != "login" || opts.Default == nil || opts.Preflight == nil {
+		t.Fatalf("rules %+v default %+v preflight %+v", opts.Rules, opts.Default, opts.Preflight)
 	}
 	login := opts.Rules[0]
 	if login.Method != "POST" || login.PathPrefix != "/login" || login.Engine.Algorithm != engine.SlidingLog ||
 		login.Engine.Limit != 5 || login.Engine.Window != time.Minute || login.Key == nil {
 		t.Errorf("login rule %+v", login)
 	}
-	// The pro tier inherits the window and algorithm it does not set.
-	pro := opts.Rules[1]
-	if pro.Tier != "pro" || pro.Engine.Limit != 1000 || pro.Engine.Window != time.Second || pro.Engine.Algorithm != engine.SlidingCounter {
-		t.Errorf("pro tier rule %+v", pro)
+	if p := opts.Preflight.Engine; p.Limit != 100 || p.Window != time.Second || opts.Preflight.Key == nil {
+		t.Errorf("preflight rule %+v", opts.Preflight)
 	}
 	d := opts.Default.Engine
 	if d.Limit != 100 || d.Window != time.Second || d.SweepInterval != 10*time.Second || d.MaxMemory != 64<<20 || d.Overflow != engine.OverflowAllow {
 		t.Errorf("default engine config %+v", d)
 	}
-	if opts.Tier == nil {
-		t.Error("tiers configured but Options.Tier is nil")
+	if opts.Tier != nil || c.budget == nil || len(c.budget.verified) != 0 {
+		t.Error("the example ships tier keys (B3: anyone who read them had the tier)")
 	}
 }
 
@@ -50,9 +51,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
-		{"unknown top field", minimal + "extra: 1\n", "field extra not found"},
-		{"unknown nested field", strings.Replace(minimal, "max_requests: 10", "max_requests: 10\n    max_request: 3", 1), "field max_request not found"},
-		{"typo in rule", minimal + "  rules:\n    - name: a\n      path_prefx: /a\n", "field path_prefx not found"},
+		{"unknown top field", minimal + "extra: 1\n", "extra: unknown field (line 6); the config file's top level takes rate_limiting, proxy, server, log"},
+		{"unknown nested field", strings.Replace(minimal, "max_requests: 10", "max_requests: 10\n    max_request: 3", 1), "rate_limiting.sliding_window.max_request: unknown field (line 6); rate_limiting.sliding_window takes window_size_ms, max_requests,"},
+		{"typo in rule", minimal + "  rules:\n    - name: a\n      path_prefx: /a\n", "rate_limiting.rules[0].path_prefx: unknown field (line 8)"},
 		{"empty file", "", "empty file"},
 		{"two documents", minimal + "---\n" + minimal, "more than one YAML document"},
 		{"wrong type", strings.Replace(minimal, "max_requests: 10", "max_requests: ten", 1), `rate_limiting.sliding_window.max_requests: must be an integer, got str "ten" (line 5)`},
@@ -82,17 +83,18 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"rule key", minimal + "  rules:\n    - name: a\n      key: jwt\n", `rate_limiting.rules[0].key: "jwt" is not one of`},
 		{"rule undefined tier", minimal + "  rules:\n    - name: a\n      tier: gold\n", `rate_limiting.rules[0].tier: "gold" is not defined`},
 		{"tier without keys", minimal + "  tiers:\n    - name: pro\n", "rate_limiting.tiers[0].api_keys: must list at least one API key"},
-		{"tier empty key", minimal + "  tiers:\n    - name: pro\n      api_keys: [\"\"]\n", "rate_limiting.tiers[0].api_keys[0]: must not be empty"},
-		{"key in two tiers", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n    - name: gold\n      api_keys: [k]\n", `rate_limiting.tiers[1].api_keys[0]: key already belongs to tier "pro"`},
-		{"tier limit 0", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n      max_requests: 0\n", "rate_limiting.tiers[0].max_requests: must be > 0, got 0"},
-		{"tier name clash", minimal + "  rules:\n    - name: pro\n  tiers:\n    - name: pro\n      api_keys: [k]\n", `rate_limiting.tiers[0].name: "pro" is already the name of rate_limiting.rules[0].name`},
+		{"tier empty key", minimal + "  tiers:\n    - name: pro\n      api_keys: [\"\"]\n", "rate_limiting.tiers[0].api_keys[0]: must be at least 16 characters"},
+		{"guessable tier key", minimal + "  tiers:\n    - name: pro\n      api_keys: [pro-key-1]\n", "rate_limiting.tiers[0].api_keys[0]: must be at least 16 characters (a secret, e.g. openssl rand -hex 16), got 9"},
+		{"key in two tiers", minimal + "  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n    - name: gold\n      api_keys: [" + tierKey + "]\n", `rate_limiting.tiers[1].api_keys[0]: key already belongs to tier "pro"`},
+		{"tier limit 0", minimal + "  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n      max_requests: 0\n", "rate_limiting.tiers[0].max_requests: must be > 0, got 0"},
+		{"tier name clash", minimal + "  rules:\n    - name: pro\n  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n", `rate_limiting.tiers[0].name: "pro" is already the name of rate_limiting.rules[0].name`},
 		// Issue 11 item 6: no silent truncation, every error names the YAML path.
 		{"fractional limit", strings.Replace(minimal, "max_requests: 10", "max_requests: 2.9", 1), `rate_limiting.sliding_window.max_requests: must be an integer, got float "2.9" (line 5)`},
 		{"fractional window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 2500.9", 1), `rate_limiting.sliding_window.window_size_ms: must be an integer, got float "2500.9" (line 4)`},
 		{"exponent window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 1e3", 1), `rate_limiting.sliding_window.window_size_ms: must be an integer, got float "1e3"`},
 		{"quoted limit", strings.Replace(minimal, "max_requests: 10", `max_requests: "10"`, 1), `rate_limiting.sliding_window.max_requests: must be an integer, got str "10"`},
 		{"fractional rule limit", minimal + "  rules:\n    - name: a\n      max_requests: 1.5\n", `rate_limiting.rules[0].max_requests: must be an integer, got float "1.5"`},
-		{"fractional tier window", minimal + "  tiers:\n    - name: pro\n      api_keys: [k]\n      window_size_ms: 0.5\n", `rate_limiting.tiers[0].window_size_ms: must be an integer`},
+		{"fractional tier window", minimal + "  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n      window_size_ms: 0.5\n", `rate_limiting.tiers[0].window_size_ms: must be an integer`},
 		{"int overflow", strings.Replace(minimal, "max_requests: 10", "max_requests: 99999999999999999999", 1), "rate_limiting.sliding_window.max_requests: 99999999999999999999 does not fit a 64-bit integer"},
 		{"limit over int32", strings.Replace(minimal, "max_requests: 10", "max_requests: 4294967296", 1), "rate_limiting.sliding_window.max_requests: 4294967296 is out of range"},
 		{"overflowing window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 9223372036854775807", 1), "rate_limiting.sliding_window.window_size_ms: must be in [1, 31622400000]"},
@@ -104,7 +106,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"proxy dial", minimal + "proxy:\n  dial_timeout_ms: -1\n", "proxy.dial_timeout_ms: must be in [1, 31622400000] ms (0: the default 1m0s), got -1"},
 		{"proxy header timeout", minimal + "proxy:\n  response_header_timeout_ms: 1.5\n", "proxy.response_header_timeout_ms: must be an integer"},
 		{"proxy body", minimal + "proxy:\n  max_body_bytes: -2\n", "proxy.max_body_bytes: must be > 0, or -1 for no limit"},
-		{"proxy unknown", minimal + "proxy:\n  read_timeout: 5\n", "field read_timeout not found"},
+		{"proxy unknown", minimal + "proxy:\n  read_timeout: 5\n", "proxy.read_timeout: unknown field (line 7); proxy takes dial_timeout_ms,"},
 		{"server idle", minimal + "server:\n  idle_timeout_ms: -3\n", "server.idle_timeout_ms: must be in [1, 31622400000]"},
 		{"log sample", minimal + "log:\n  deny_sample: -2\n", "log.deny_sample: must be >= 1"},
 		{"redis backend without redis", minimal + "  rules:\n    - name: a\n      backend: redis\n", "rate_limiting.rules[0].backend: redis needs rate_limiting.redis.address"},
@@ -178,7 +180,7 @@ func TestMemoryTooSmallNamesTheYAMLField(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return 0 })
+	g.metrics = newMetrics(func() float64 { return 0 }, g.currentEngines)
 	err = g.load(c)
 	if err == nil {
 		g.close()

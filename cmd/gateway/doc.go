@@ -6,14 +6,19 @@
 //	gateway -config gateway.example.yaml -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000
 //	gateway -config gateway.example.yaml -upstream builtin   # a trivial in-process upstream
 //
-// Signals. SIGHUP reloads the configuration: the file is read and
+// Signals. SIGHUP is caught from the initialization of package
+// internal/hupsig on, before the heavy dependencies' initializers and main
+// (a SIGHUP before that, in the first milliseconds of the process, ends it
+// with status 129 as it ends any Go program). SIGHUP reloads the
+// configuration: the file is read and
 // validated, and its limiters and proxy are built, before anything changes;
 // a file that fails any of that is logged and the running configuration
 // keeps serving. A good one becomes current in one atomic swap. Each
 // request holds the configuration it started with until it ends, so
 // requests in flight never see a reload. Limiter state (and Redis clients,
 // and the key budget) is kept for every rule whose name, key source and
-// policy are unchanged (the same fingerprint), and released when the last
+// policy are unchanged (the same fingerprint: an ip or route_ip rule is
+// untouched by a new key_header or key_budget), and released when the last
 // configuration holding it has drained (a websocket proxied through keeps
 // its configuration's limiters until it closes). The server section
 // (client timeouts) is read at start only. SIGTERM or SIGINT stops
@@ -25,11 +30,14 @@
 // cut requests in flight, each of which is logged with its method, path,
 // client and running time.
 //
-// Guarantees: the configuration is decoded strictly (an unknown field is an
-// error naming it and its line), every integer field must be a YAML integer
-// (2.9 or 1e3 is an error, never a silent truncation), and every value
-// error names its YAML path, e.g.
-// "rate_limiting.sliding_window.max_requests: must be > 0, got 0". Route
+// Guarantees: the configuration is decoded strictly, and every error names
+// the YAML path (and line) it is about, e.g.
+// "rate_limiting.sliding_window.max_requests: must be > 0, got 0": an
+// unknown or duplicated field, a value of the wrong YAML type (2.9 or 1e3
+// for an integer, explicitly tagged or not), an integer that is not plain
+// decimal (YAML reads 0100 as 64), an empty value (null would let a rule
+// inherit the default), merge keys ("<<") and aliases are all errors,
+// never a silent change of policy. Route
 // rules are tried first, then tiers, then the default policy
 // (rate_limiting.sliding_window); with stack: true every matching rule
 // applies. Each in-memory rule owns an engine limiter whose key state is
@@ -37,16 +45,27 @@
 // never evicted. A rule with backend: redis or hybrid shares its limit
 // through rate_limiting.redis with every gateway using that server.
 //
-// Proxying: upstream dial and response-header timeouts (60 s each by
-// default) answer 504, other upstream failures 502, a request body over
-// max_body_bytes (1 MiB) 413. Forwarding headers (X-Forwarded-For, -Proto,
+// Proxying, with nginx's defaults: upstream dial and response-header
+// timeouts (60 s each) answer 504, other upstream failures 502; a response
+// body that stalls for read_timeout_ms (60 s between two reads) is cut. A
+// request body over max_body_bytes (1 MiB) gets 413, one that stalls for
+// client_body_timeout_ms (60 s between two reads) 408, and with
+// request_buffering (on) the body is read whole (memory up to
+// body_memory_bytes, then a temporary file) before the upstream is
+// contacted, so a slow client holds no upstream connection; a client that
+// stops reading the response is cut after client_send_timeout_ms (60 s
+// between two writes). Request headers named with "_" (a CGI or WSGI
+// upstream reads X_Real_IP as X-Real-IP) or with characters other than
+// letters, digits and "-" are dropped. Forwarding headers (X-Forwarded-For, -Proto,
 // -Host, Forwarded, X-Real-IP) are passed on only from trusted_proxies,
 // with this hop appended; from any other peer they are replaced by what
-// the gateway saw.
+// the gateway saw. IPv6 zones never go out.
 //
 // Observability: with -pprof, the loopback admin listener serves package
 // pprof's endpoints and Prometheus /metrics (per-rule decisions by
-// outcome, backend errors, decision latency; upstream errors; reloads;
-// requests in flight). Logs are JSON (log/slog) on stderr, denials sampled.
+// outcome, backend errors, decision latency, tracked keys and key-table
+// overflow; upstream errors; reloads; requests in flight); a reload drops
+// the series of rules it removed. Logs are JSON (log/slog) on stderr,
+// denials sampled, backend failures at most one line per rule per 10 s.
 // Prometheus is imported here only, never by engine or httplimit.
 package main

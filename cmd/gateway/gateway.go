@@ -54,8 +54,9 @@ type generation struct {
 	mw        *httplimit.Middleware
 	proxy     *proxy
 	handler   http.Handler
+	names     []string    // rule names, for the metrics
 	resources []*resource // backends first, then the Redis clients they use
-	engines   []*engine.Limiter
+	engines   []ruleEngine
 	budget    *resource // the key budget, if any
 	refs      atomic.Int64
 	denials   atomic.Uint64 // for deny sampling
@@ -88,6 +89,9 @@ func (g *gateway) load(c *config) error {
 	defer g.mu.Unlock()
 	gen, fresh, err := g.build(c)
 	if err != nil {
+		if cur := g.cur.Load(); cur != nil {
+			g.metrics.retain(cur.names) // build made series for the failed config's rules
+		}
 		for _, r := range fresh {
 			if g.resources[r.fp] == r {
 				delete(g.resources, r.fp)
@@ -107,6 +111,7 @@ func (g *gateway) load(c *config) error {
 		g.resources[r.fp] = r
 	}
 	old := g.cur.Swap(gen)
+	g.metrics.retain(gen.names)
 	if old != nil {
 		g.retiring.Add(1)
 		go func() {
@@ -124,10 +129,24 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 	gen = &generation{cfg: c}
 	opts := c.opts
 	rules := append([]httplimit.Rule(nil), opts.Rules...)
-	var def *httplimit.Rule
+	var def, pre *httplimit.Rule
 	if opts.Default != nil {
 		d := *opts.Default
 		def = &d
+	}
+	if opts.Preflight != nil {
+		p := *opts.Preflight
+		pre = &p
+	}
+	// The rules in c.backends order: opts.Rules, then Default, then Preflight.
+	targets := make([]*httplimit.Rule, 0, len(rules)+2)
+	for i := range rules {
+		targets = append(targets, &rules[i])
+	}
+	for _, r := range []*httplimit.Rule{def, pre} {
+		if r != nil {
+			targets = append(targets, r)
+		}
 	}
 	var clients []*resource
 	seen := map[*resource]bool{}
@@ -145,17 +164,14 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 		}
 	}
 	for i, bs := range c.backends {
-		ru := def
-		if i < len(rules) {
-			ru = &rules[i]
-		}
+		ru := targets[i]
 		r, isNew, err := g.backend(bs, ru.Engine, take)
 		if err != nil {
 			return nil, fresh, err
 		}
 		take(r, isNew)
 		if r.eng != nil {
-			gen.engines = append(gen.engines, r.eng)
+			gen.engines = append(gen.engines, ruleEngine{ru.Name, r.eng})
 		}
 		ru.Limiter, ru.Limit, ru.Window, ru.Engine = r.rl, ru.Engine.Limit, ru.Engine.Window, engine.Config{}
 	}
@@ -174,7 +190,10 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 			}
 			kb, err := httplimit.NewKeyBudget(cfg)
 			if err != nil {
-				return nil, fresh, fmt.Errorf("rate_limiting.key_budget: %w: %w", err, errConfig)
+				// The numbers were checked against the YAML; only the
+				// memory bound (it depends on the shard count) is left to
+				// building the trackers.
+				return nil, fresh, fmt.Errorf("rate_limiting.key_budget.memory_limit_mb: %w: %w", err, errConfig)
 			}
 			r.kb, r.rl, r.close = kb, nil, kb.Close
 		}
@@ -183,14 +202,12 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 		gen.budget = r
 	}
 	gen.resources = append(gen.resources, clients...)
-	opts.Rules, opts.Default = rules, def
-	names := make([]string, 0, len(rules)+1)
-	for _, r := range rules {
+	opts.Rules, opts.Default, opts.Preflight = rules, def, pre
+	names := make([]string, 0, len(targets))
+	for _, r := range targets {
 		names = append(names, r.Name)
 	}
-	if def != nil {
-		names = append(names, def.Name)
-	}
+	gen.names = names
 	rm := g.metrics.forRules(names)
 	denySample := uint64(c.log.denySample)
 	log := g.log
@@ -205,6 +222,10 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 		m.latency.Observe(e.Latency.Seconds())
 		if e.Err != nil && e.Outcome != httplimit.OutcomeKeyError {
 			m.backendErr.Inc()
+			if n, ok := m.errLog.tick(time.Now()); ok {
+				log.Warn("rate-limit backend failed; its on_failure policy answered", "rule", e.Rule,
+					"err", e.Err.Error(), "allowed", e.Decision.Allowed, "failures_since_last_line", n)
+			}
 		}
 		if (e.Outcome == httplimit.OutcomeDenied || e.Outcome == httplimit.OutcomeDryRunDenied) && denySample > 0 &&
 			gen.denials.Add(1)%denySample == 1%denySample {
@@ -419,8 +440,8 @@ func (e engineStats) Stats() engine.Stats {
 	}
 	// A retired generation may close its engines while this sums; Stats
 	// on a closed engine.Limiter reads counters only, which stay valid.
-	for _, l := range gen.engines {
-		o := l.Stats()
+	for _, re := range gen.engines {
+		o := re.eng.Stats()
 		s.Keys += o.Keys
 		s.MaxKeys += o.MaxKeys
 		s.Allowed += o.Allowed
@@ -453,4 +474,13 @@ func addStats(a, b httplimit.Stats) httplimit.Stats {
 	a.FailedClosed += b.FailedClosed
 	a.Unmatched += b.Unmatched
 	return a
+}
+
+// currentEngines lists the running configuration's in-memory limiters, for
+// the metrics.
+func (g *gateway) currentEngines() []ruleEngine {
+	if gen := g.cur.Load(); gen != nil {
+		return gen.engines
+	}
+	return nil
 }

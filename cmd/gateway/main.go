@@ -14,6 +14,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/slidelimit/slidelimit/cmd/gateway/internal/hupsig"
 )
 
 // Exit statuses (documented in doc.go and the README).
@@ -78,12 +80,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitBadConfig
 	}
-	// Catch SIGHUP before anything slow: its default action would kill
-	// the process (exit 129) if it arrived during start-up. One that
-	// arrives then is handled once serving begins.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	// SIGHUP has been caught since package hupsig's initialization (its
+	// default action would kill the process with 129 during start-up);
+	// one that arrived since is handled once serving begins.
+	hup := hupsig.C
 
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	g, srv, ln, closeAll, err := start(f, stdout, log)
@@ -156,7 +156,7 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 		return nil, nil, nil, nil, fmt.Errorf("-upstream: %w", err)
 	}
 	g = newGateway(u, log, nil)
-	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) })
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
 	if err := g.load(c); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("config %s: %w", f.config, err)
 	}

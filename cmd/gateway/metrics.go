@@ -2,7 +2,11 @@ package main
 
 import (
 	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +19,8 @@ import (
 // command imports client_golang: engine and httplimit report through
 // plain hooks, so a program that imports them compiles none of it.
 type metrics struct {
+	mu             sync.Mutex
+	rules          map[string]bool // rule names with series; guarded by mu
 	reg            *prometheus.Registry
 	decisions      *prometheus.CounterVec
 	backendErrors  *prometheus.CounterVec
@@ -23,9 +29,36 @@ type metrics struct {
 	reloads        *prometheus.CounterVec
 }
 
-func newMetrics(inflight func() float64) *metrics {
+// engineCollector exports the key table of every in-memory limiter of the
+// running configuration: keys tracked, and new keys that found the table
+// full of active keys (admitted untracked under eviction_policy
+// idle-allow, refused under idle-deny).
+type engineCollector struct {
+	engines func() []ruleEngine
+	keys    *prometheus.Desc
+	over    *prometheus.Desc
+}
+
+// ruleEngine is one rule's in-memory limiter.
+type ruleEngine struct {
+	rule string
+	eng  *engine.Limiter
+}
+
+func (c engineCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.keys; ch <- c.over }
+
+func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, re := range c.engines() {
+		st := re.eng.Stats()
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys), re.rule)
+		ch <- prometheus.MustNewConstMetric(c.over, prometheus.CounterValue, float64(st.Overflow), re.rule)
+	}
+}
+
+func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		rules: map[string]bool{},
+		reg:   prometheus.NewRegistry(),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slidelimit_gateway_decisions_total",
 			Help: "Rate-limit decisions per rule and outcome: allowed, denied, dry_run_denied, key_error. With stacked rules a request counts in each rule that decided it.",
@@ -61,6 +94,13 @@ func newMetrics(inflight func() float64) *metrics {
 			Name: "slidelimit_gateway_requests_in_flight",
 			Help: "Requests being served now.",
 		}, inflight),
+		engineCollector{
+			engines: engines,
+			keys: prometheus.NewDesc("slidelimit_gateway_keys",
+				"Keys an in-memory rule's limiter tracks now (its memory_limit_mb bounds them).", []string{"rule"}, nil),
+			over: prometheus.NewDesc("slidelimit_gateway_key_overflow_total",
+				"New keys that found an in-memory rule's key table full of active keys: admitted untracked (eviction_policy idle-allow) or refused (idle-deny). Counts from the limiter's creation; a reload that rebuilds the rule starts it again.", []string{"rule"}, nil),
+		},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -79,6 +119,53 @@ type ruleMetrics struct {
 	outcome    [4]prometheus.Counter // by httplimit.Outcome
 	backendErr prometheus.Counter
 	latency    prometheus.Observer
+	errLog     logThrottle // backend failures: one log line per interval
+}
+
+// logThrottle lets one log line through per errLogInterval and counts the
+// events in between, so a Redis outage logs its cause without a line per
+// request.
+type logThrottle struct {
+	next atomic.Int64 // unix ns before which nothing is logged
+	held atomic.Int64 // events since the last line
+}
+
+const errLogInterval = 10 * time.Second
+
+// tick records one event and reports whether to log it, with the number
+// of events since the last line (this one included).
+func (l *logThrottle) tick(now time.Time) (int64, bool) {
+	n := l.held.Add(1)
+	next, t := l.next.Load(), now.UnixNano()
+	if t < next || !l.next.CompareAndSwap(next, t+int64(errLogInterval)) {
+		return 0, false
+	}
+	l.held.Add(-n)
+	return n, true
+}
+
+// retain deletes the series of rules that are not in names (removed or
+// renamed by a reload), so /metrics lists the running configuration's
+// rules only. A retiring generation may still count into the deleted
+// children; those counts are not exported.
+func (m *metrics) retain(names []string) {
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for n := range m.rules {
+		if keep[n] {
+			continue
+		}
+		delete(m.rules, n)
+		for o := range 4 {
+			m.decisions.DeleteLabelValues(n, httplimit.Outcome(o).String())
+		}
+		m.backendErrors.DeleteLabelValues(n)
+		m.latency.DeleteLabelValues(n)
+	}
 }
 
 func (m *metrics) forRules(names []string) map[string]*ruleMetrics {
@@ -90,5 +177,10 @@ func (m *metrics) forRules(names []string) map[string]*ruleMetrics {
 		}
 		out[n] = rm
 	}
+	m.mu.Lock()
+	for _, n := range names {
+		m.rules[n] = true
+	}
+	m.mu.Unlock()
 	return out
 }

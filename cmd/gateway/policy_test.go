@@ -89,11 +89,11 @@ rate_limiting:
     new_keys: 1
   tiers:
     - name: pro
-      api_keys: [pro-a, pro-b, pro-c]
+      api_keys: [pro-a-0123456789abcdef, pro-b-0123456789abcdef, pro-c-0123456789abcdef]
       max_requests: 2
 `
 	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
-	for _, k := range []string{"pro-a", "pro-b", "pro-c"} {
+	for _, k := range []string{"pro-a-0123456789abcdef", "pro-b-0123456789abcdef", "pro-c-0123456789abcdef"} {
 		for i := 0; i < 2; i++ {
 			if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": k}).StatusCode; code != 200 {
 				t.Fatalf("tier key %s request %d: %d, want 200 (each key its own allowance)", k, i, code)
@@ -226,7 +226,9 @@ func TestExampleConfigResistsKeyRotation(t *testing.T) {
 	if code := do(t, "GET", gw.URL+"/healthz", nil).StatusCode; code != 200 {
 		t.Errorf("exempt /healthz: %d", code)
 	}
-	if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": "pro-key-1"}).StatusCode; code != 200 {
-		t.Errorf("a tier key after the IP is exhausted: %d, want 200 (its own allowance)", code)
+	// B3: the example used to ship working tier keys; the old published
+	// one is now an unknown key like any other.
+	if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": "pro-key-1"}).StatusCode; code != 429 {
+		t.Errorf("the old example tier key after the IP is exhausted: %d, want 429", code)
 	}
 }

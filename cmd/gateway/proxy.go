@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -31,23 +34,28 @@ func newTransport(pc proxyConfig) *http.Transport {
 }
 
 // proxy is the upstream side of one generation: the reverse proxy, with
-// the request body limit in front of it.
+// the request body's limit, timeout and buffering in front of it and the
+// response body's read timeout behind it.
 type proxy struct {
-	rp      *httputil.ReverseProxy
-	tr      *http.Transport
-	maxBody int64
+	rp  *httputil.ReverseProxy
+	tr  *http.Transport
+	pc  proxyConfig
+	log *slog.Logger
+	m   *metrics
 }
 
 func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 	tr := newTransport(c.proxy)
 	trusted := c.trusted
-	p := &proxy{tr: tr, maxBody: c.proxy.maxBody}
+	p := &proxy{tr: tr, pc: c.proxy, log: log, m: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			forwardHeaders(pr.Out, pr.In, trusted)
+			dropInvalidHeaders(pr.Out.Header, p.pc.underscores)
 		},
-		Transport: tr,
+		Transport:      tr,
+		ModifyResponse: p.watchResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, kind := classifyUpstreamError(r, err)
 			m.upstreamError(kind)
@@ -59,6 +67,9 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 				return
 			}
 			log.Warn("upstream request failed", "method", r.Method, "path", r.URL.Path, "status", status, "kind", kind, "err", err.Error())
+			if status == http.StatusRequestEntityTooLarge || status == http.StatusRequestTimeout {
+				w.Header().Set("Connection", "close") // the rest of the body is not read
+			}
 			http.Error(w, fmt.Sprintf("%d %s", status, strings.ToLower(http.StatusText(status))), status)
 		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
@@ -66,63 +77,388 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 	return p
 }
 
-type bodyLimitKey struct{}
+// reqState is what the proxy's hooks learn about one request: its body
+// (for the error handler) and how to abort its upstream call.
+type reqState struct {
+	body   *clientBody // nil without a body
+	cancel context.CancelCauseFunc
+}
 
-// ServeHTTP refuses a body over the limit with 413: at once when
-// Content-Length says so, otherwise when reading it passes the limit (the
-// upstream then sees its request cut short and the client gets 413).
+type reqStateKey struct{}
+
+// errUpstreamReadTimeout ends an upstream call whose response body stalled
+// for read_timeout_ms.
+var errUpstreamReadTimeout = errors.New("upstream response body: no data within read_timeout_ms")
+
+// ServeHTTP guards the request body, then proxies.
+//
+// The body is read under a limit (max_body_bytes: 413 at once when
+// Content-Length says so, otherwise when reading passes it) and a timeout
+// between two reads (client_body_timeout_ms: 408). With request_buffering
+// (the default) it is read whole before the upstream is contacted, into
+// memory up to body_memory_bytes and a temporary file beyond, so that a
+// client trickling its body ties up a gateway goroutine but no upstream
+// connection, and the upstream never sees a body cut short.
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p.maxBody >= 0 && r.Body != nil && r.Body != http.NoBody {
-		if r.ContentLength > p.maxBody {
-			// Do not read the body: the server closes the connection
-			// after the response instead of draining megabytes.
-			w.Header().Set("Connection", "close")
-			http.Error(w, fmt.Sprintf("413 request body larger than %d bytes", p.maxBody), http.StatusRequestEntityTooLarge)
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	sw := &sendTimeoutWriter{ResponseWriter: w, ctl: http.NewResponseController(w), d: p.pc.clientSendTimeout}
+	defer sw.disarm()
+	w = sw
+	st := &reqState{cancel: cancel}
+	r = r.WithContext(context.WithValue(ctx, reqStateKey{}, st))
+	if r.Body != nil && r.Body != http.NoBody {
+		if p.pc.maxBody >= 0 && r.ContentLength > p.pc.maxBody {
+			p.refuseBody(w, r, errBodyTooLarge)
 			return
 		}
-		lb := &limitedBody{rc: r.Body, left: p.maxBody}
-		r = r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, lb))
-		r.Body = lb
+		st.body = &clientBody{rc: r.Body, limit: p.pc.maxBody, left: p.pc.maxBody,
+			ctl: http.NewResponseController(w), timeout: p.pc.clientBodyTimeout,
+			// A body that fails mid-stream ends the upstream call: the
+			// transport's response-header timeout starts only once the
+			// body is written, and an upstream waiting for the rest of
+			// the body would hold the call (and its connection) open.
+			fail: cancel}
+		r.Body = st.body
+		defer func() {
+			st.body.disarm()
+			st.body.handlerDone.Store(true)
+		}()
+		if p.pc.buffering {
+			sp, err := bufferBody(st.body, r.ContentLength, p.pc.bodyMemory)
+			if err != nil {
+				p.refuseBody(w, r, err)
+				return
+			}
+			defer sp.Close()
+			r.Body, r.ContentLength, r.TransferEncoding, r.GetBody = sp, sp.size, nil, nil
+			// The body is here: the upstream need not ask for it.
+			r.Header.Del("Expect")
+		}
 	}
 	p.rp.ServeHTTP(w, r)
 }
 
-// limitedBody reads at most left bytes; one more is an error, and over
-// records it so the error handler answers 413 rather than 502.
-type limitedBody struct {
-	rc   io.ReadCloser
-	left int64
-	over atomic.Bool // read by the error handler, which may run on another goroutine than the transport's body writer
+// sendTimeoutWriter bounds the wait for the client to take each write of
+// the response (nginx's send_timeout): a client that stops reading would
+// otherwise hold the proxy's copy, and with it the upstream connection
+// and the upstream's handler, as long as it likes. The deadline is set on
+// the connection before each write or flush and cleared when the handler
+// ends (the connection then serves the next request) or hijacks it (a
+// websocket may be quiet for as long as it likes).
+type sendTimeoutWriter struct {
+	http.ResponseWriter
+	ctl   *http.ResponseController
+	d     time.Duration
+	armed bool
 }
 
-var errBodyTooLarge = errors.New("request body too large")
+func (w *sendTimeoutWriter) arm() {
+	if w.ctl.SetWriteDeadline(time.Now().Add(w.d)) == nil {
+		w.armed = true
+	}
+}
 
-func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		return 0, errBodyTooLarge
+func (w *sendTimeoutWriter) disarm() {
+	if w.armed {
+		w.armed = false
+		_ = w.ctl.SetWriteDeadline(time.Time{})
 	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1]
+}
+
+func (w *sendTimeoutWriter) Write(p []byte) (int, error) {
+	w.arm()
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush and FlushError are what http.ResponseController (which
+// ReverseProxy flushes through) finds before unwrapping.
+func (w *sendTimeoutWriter) Flush() { _ = w.FlushError() }
+
+func (w *sendTimeoutWriter) FlushError() error {
+	w.arm()
+	return w.ctl.Flush()
+}
+
+func (w *sendTimeoutWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.disarm()
+	return w.ctl.Hijack()
+}
+
+func (w *sendTimeoutWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// refuseBody answers a request whose body the gateway would not take.
+func (p *proxy) refuseBody(w http.ResponseWriter, r *http.Request, err error) {
+	status, kind := http.StatusBadRequest, "client_gone"
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		status, kind = http.StatusRequestEntityTooLarge, "body_too_large"
+	case errors.Is(err, errBodyTimeout):
+		status, kind = http.StatusRequestTimeout, "client_body_timeout"
+	case errors.Is(err, errSpool):
+		status, kind = http.StatusInternalServerError, "body_buffer"
+		p.log.Error("buffering a request body", "method", r.Method, "path", r.URL.Path, "err", err.Error())
 	}
+	p.m.upstreamError(kind)
+	// The rest of the body is not read: the server closes the connection
+	// after the answer instead of draining it.
+	w.Header().Set("Connection", "close")
+	if status == http.StatusRequestEntityTooLarge {
+		http.Error(w, fmt.Sprintf("413 request body larger than %d bytes", p.pc.maxBody), status)
+		return
+	}
+	http.Error(w, fmt.Sprintf("%d %s", status, strings.ToLower(http.StatusText(status))), status)
+}
+
+// watchResponse is ModifyResponse: it arms read_timeout_ms on the
+// response body (nginx's proxy_read_timeout: the longest wait for the next
+// read; ResponseHeaderTimeout covers the wait for the header). A protocol
+// upgrade is left alone: its body is the connection itself, and a
+// websocket may be quiet for as long as it likes.
+func (p *proxy) watchResponse(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols || res.Body == nil || res.Body == http.NoBody {
+		return nil
+	}
+	st, _ := res.Request.Context().Value(reqStateKey{}).(*reqState)
+	if st == nil {
+		return nil
+	}
+	method, path := res.Request.Method, res.Request.URL.Path
+	res.Body = newReadTimeoutBody(res.Body, p.pc.readTimeout, func() {
+		p.m.upstreamError("read_timeout")
+		p.log.Warn("upstream response body stalled; cutting it", "method", method, "path", path, "read_timeout", p.pc.readTimeout.String())
+		st.cancel(errUpstreamReadTimeout)
+	})
+	return nil
+}
+
+// readTimeoutBody calls fire when one Read waits longer than d. The timer
+// runs only inside Read: a client slow to take the data delays the next
+// Read without counting against the upstream.
+type readTimeoutBody struct {
+	rc    io.ReadCloser
+	d     time.Duration
+	timer *time.Timer
+}
+
+func newReadTimeoutBody(rc io.ReadCloser, d time.Duration, fire func()) *readTimeoutBody {
+	t := time.AfterFunc(time.Hour, fire)
+	t.Stop()
+	return &readTimeoutBody{rc: rc, d: d, timer: t}
+}
+
+func (b *readTimeoutBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.d)
 	n, err := b.rc.Read(p)
-	if int64(n) > b.left {
-		n = int(b.left)
-		b.left = -1
-		b.over.Store(true)
-		return n, errBodyTooLarge
-	}
-	b.left -= int64(n)
+	b.timer.Stop()
 	return n, err
 }
 
-func (b *limitedBody) Close() error { return b.rc.Close() }
+func (b *readTimeoutBody) Close() error {
+	b.timer.Stop()
+	return b.rc.Close()
+}
+
+var (
+	errBodyTooLarge = errors.New("request body too large")
+	errBodyTimeout  = errors.New("request body: no data within client_body_timeout_ms")
+	errSpool        = errors.New("buffering the request body")
+)
+
+// clientBody reads the client's request body under the size limit (limit
+// < 0: none) and the timeout between two reads, and records which one
+// ended it for the error handler, which may run on another goroutine than
+// the transport's body writer.
+type clientBody struct {
+	rc       io.ReadCloser
+	limit    int64
+	left     int64
+	ctl      *http.ResponseController
+	timeout  time.Duration
+	over     atomic.Bool
+	timedOut atomic.Bool
+	fail     context.CancelCauseFunc // called with the error that ended the body early
+
+	// The transport reads the body on its own goroutine, which can outlive
+	// the handler (an upstream that answers before reading it all): the
+	// connection's deadline is touched only while the handler runs
+	// (handlerDone), since afterwards the connection may serve the next
+	// request.
+	armed       atomic.Bool // a read deadline is set on the connection
+	handlerDone atomic.Bool
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	if b.limit >= 0 {
+		if b.left < 0 {
+			return 0, errBodyTooLarge
+		}
+		if int64(len(p)) > b.left+1 {
+			p = p[:b.left+1]
+		}
+	}
+	// The deadline is per read (nginx's client_body_timeout), so a slow
+	// but steady upload passes and a stalled one does not hold on.
+	if b.timeout > 0 && !b.handlerDone.Load() && b.ctl.SetReadDeadline(time.Now().Add(b.timeout)) == nil {
+		b.armed.Store(true)
+	}
+	n, err := b.rc.Read(p)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			b.timedOut.Store(true)
+			err = fmt.Errorf("%w: %w", errBodyTimeout, err)
+		}
+		if errors.Is(err, io.EOF) {
+			b.disarm()
+		} else {
+			b.abandon(err)
+		}
+	}
+	if b.limit >= 0 {
+		if int64(n) > b.left {
+			n = int(b.left)
+			b.left = -1
+			b.over.Store(true)
+			b.abandon(errBodyTooLarge)
+			return n, errBodyTooLarge
+		}
+		b.left -= int64(n)
+	}
+	return n, err
+}
+
+// disarm clears the read deadline once the body is complete: the server
+// reads on from the connection (to notice a client that hangs up, and the
+// next request), and a deadline left behind would cut that.
+func (b *clientBody) disarm() {
+	if b.armed.Swap(false) && !b.handlerDone.Load() {
+		_ = b.ctl.SetReadDeadline(time.Time{})
+	}
+}
+
+// abandon gives up on a body that failed (too large, stalled, broken): the
+// upstream call ends (fail), and the connection's read deadline is set in
+// the past, so that the server, which may try to drain what is left of
+// the body before answering (Go 1.24 does, up to 256 KiB), fails at once
+// instead of waiting for a stalled client; the answer carries
+// Connection: close, so the connection is not reused.
+func (b *clientBody) abandon(err error) {
+	b.armed.Store(false)
+	if !b.handlerDone.Load() {
+		_ = b.ctl.SetReadDeadline(time.Unix(1, 0))
+	}
+	b.fail(err)
+}
+
+func (b *clientBody) Close() error {
+	b.disarm()
+	return b.rc.Close()
+}
+
+// spool is a buffered request body: the first bytes in memory, the rest in
+// a temporary file.
+type spool struct {
+	mem      bytes.Reader
+	file     *os.File
+	unlinked bool // the file's name is already removed
+	size     int64
+}
+
+// bufferBody reads src (of size bytes, -1 if unknown) to its end, keeping
+// up to mem bytes in memory and the rest in a temporary file. The memory
+// is what the body needs, at most mem+1 bytes: never doubled by growth,
+// since slow clients each hold theirs for as long as they take. An error
+// from src is returned as is (the client's: too large, too slow, gone);
+// one of the file wraps errSpool.
+func bufferBody(src io.Reader, size, mem int64) (*spool, error) {
+	capacity := mem + 1
+	if size >= 0 && size < mem {
+		capacity = size + 1 // +1: reading one more than announced finds the end
+	}
+	buf := make([]byte, capacity)
+	// Not io.ReadFull: it turns an early io.EOF into io.ErrUnexpectedEOF,
+	// which is also what the server's body returns for a client that hung
+	// up short of its Content-Length; only io.EOF means a complete body.
+	n := 0
+	for n < len(buf) {
+		m, err := src.Read(buf[n:])
+		n += m
+		if errors.Is(err, io.EOF) {
+			sp := &spool{size: int64(n)}
+			sp.mem.Reset(buf[:n])
+			return sp, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	// More than fits in memory: the rest goes to a file.
+	f, err := os.CreateTemp("", "gateway-body-*")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSpool, err)
+	}
+	sp := &spool{file: f}
+	// Unlinked at once where the system allows it, so a crash leaves no
+	// file behind; Close removes it otherwise.
+	sp.unlinked = os.Remove(f.Name()) == nil
+	more, err := io.Copy(spoolWriter{f}, io.MultiReader(bytes.NewReader(buf[:n]), src))
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+		if err != nil {
+			err = fmt.Errorf("%w: %w", errSpool, err)
+		}
+	}
+	if err != nil {
+		_ = sp.Close()
+		return nil, err
+	}
+	sp.size = more
+	return sp, nil
+}
+
+// spoolWriter marks the file's write errors, to tell them from the
+// client's read errors in io.Copy.
+type spoolWriter struct{ f *os.File }
+
+func (w spoolWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", errSpool, err)
+	}
+	return n, err
+}
+
+func (s *spool) Read(p []byte) (int, error) {
+	if s.file != nil {
+		return s.file.Read(p)
+	}
+	return s.mem.Read(p)
+}
+
+func (s *spool) Close() error {
+	if s.file == nil {
+		return nil
+	}
+	err := s.file.Close()
+	if !s.unlinked {
+		_ = os.Remove(s.file.Name())
+	}
+	return err
+}
 
 // classifyUpstreamError maps a proxy failure to the status nginx would
-// send: 413 for a body over the limit, 504 for an upstream that did not
-// connect or answer in time, 502 for any other upstream failure.
+// send: 413 for a body over the limit, 408 for a body that stalled, 504
+// for an upstream that did not connect or answer in time, 502 for any
+// other upstream failure.
 func classifyUpstreamError(r *http.Request, err error) (int, string) {
-	if lb, ok := r.Context().Value(bodyLimitKey{}).(*limitedBody); ok && lb.over.Load() {
-		return http.StatusRequestEntityTooLarge, "body_too_large"
+	if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok && st.body != nil {
+		if st.body.over.Load() {
+			return http.StatusRequestEntityTooLarge, "body_too_large"
+		}
+		if st.body.timedOut.Load() {
+			return http.StatusRequestTimeout, "client_body_timeout"
+		}
 	}
 	if r.Context().Err() != nil {
 		return 499, "client_gone"
@@ -132,6 +468,26 @@ func classifyUpstreamError(r *http.Request, err error) (int, string) {
 		return http.StatusGatewayTimeout, "timeout"
 	}
 	return http.StatusBadGateway, "bad_gateway"
+}
+
+// dropInvalidHeaders deletes request headers whose names hold anything
+// but letters, digits and "-" (and "_" with underscores), as nginx does
+// by default (ignore_invalid_headers on, underscores_in_headers off). CGI,
+// WSGI and Rack fold "-" and "_" into one HTTP_X_REAL_IP variable (PHP
+// folds "." too), so an untrusted client's X_Real_IP would stand in for
+// the X-Real-IP this gateway controls, and X_Forwarded_For would be
+// appended to its X-Forwarded-For.
+func dropInvalidHeaders(h http.Header, underscores bool) {
+	for k := range h {
+		for i := 0; i < len(k); i++ {
+			c := k[i]
+			if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' && underscores {
+				continue
+			}
+			delete(h, k)
+			break
+		}
+	}
 }
 
 // forwardHeaders sets out's forwarding headers. A peer inside trusted is a
@@ -189,12 +545,15 @@ func forwardHeaders(out, in *http.Request, trusted []netip.Prefix) {
 	h.Set("Forwarded", elem)
 }
 
+// peerAddr is the socket peer's address, unmapped and without a zone: an
+// IPv6 zone ("%eth0") names an interface of this host, means nothing to
+// the upstream, and is no valid RFC 7239 node.
 func peerAddr(remote string) netip.Addr {
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
 		return netip.Addr{}
 	}
-	return ap.Addr().Unmap()
+	return ap.Addr().Unmap().WithZone("")
 }
 
 func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {

@@ -20,6 +20,12 @@ import (
 // newTestGateway serves yamlCfg in front of upstream in this process.
 func newTestGateway(t *testing.T, yamlCfg string, upstream string) (*gateway, *httptest.Server) {
 	t.Helper()
+	return newTestGatewayLog(t, yamlCfg, upstream, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// newTestGatewayLog is newTestGateway logging to log.
+func newTestGatewayLog(t *testing.T, yamlCfg, upstream string, log *slog.Logger) (*gateway, *httptest.Server) {
+	t.Helper()
 	c, err := parseConfig([]byte(yamlCfg))
 	if err != nil {
 		t.Fatal(err)
@@ -28,8 +34,8 @@ func newTestGateway(t *testing.T, yamlCfg string, upstream string) (*gateway, *h
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGateway(u, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) })
+	g := newGateway(u, log, nil)
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
 	if err := g.load(c); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ const (
 	unitGC      = "gc-sec" // the benchmarks report gc-ns; benchfmt tidies ns to sec
 	unitTracked = "tracked/key"
 	unitAllocs  = "allocs/op"
+	unitPerKey  = "sec/key" // AllowMany reports ns/key; benchfmt tidies ns to sec
 )
 
 type cell struct{ scenario, impl string }

@@ -141,6 +141,15 @@ func writeReport(out, dir, fragDir, peersDir, label string) error {
 		w.Write(bytes.TrimSpace(bs))
 		fmt.Fprintln(w, "\n```")
 		fmt.Fprintln(w)
+		if d, err := parseFile(path); err == nil && f.file == "engine.txt" {
+			var fb bytes.Buffer
+			if writeFloorTable(&fb, d) > 0 {
+				fmt.Fprintln(w, "Distance to the floor: each scenario's median time per decision against BenchmarkFloor's on the same keys and key stream in the same run (hash the key, probe a flat table of 16-byte slots, one CAS: no window arithmetic, no clock, no stats). For AllowMany the time is per key.")
+				fmt.Fprintln(w)
+				w.Write(fb.Bytes())
+				fmt.Fprintln(w)
+			}
+		}
 		if d, err := parseFile(path); err == nil && len(d.scenariosWith(unitHeap)) > 0 {
 			fmt.Fprintln(w, "Bytes per key and GC cost:")
 			fmt.Fprintln(w)

@@ -193,3 +193,58 @@ func writeRistrettoVerdict(w io.Writer, d *dataset) {
 		fmt.Fprintln(w, " Verdict from these numbers: not adopted as the bounded store (it does not win on speed in most scenarios, or it does not keep the keys it is given).")
 	}
 }
+
+// floorOf returns the BenchmarkFloor scenario that scenario sc of the
+// engine suite is measured against: the same key count and distribution
+// (or one hot key) on the heap floor table, and the same GOMAXPROCS suffix.
+// ok is false for scenarios without one.
+func floorOf(sc string) (string, bool) {
+	name, procs, _ := strings.Cut(strings.TrimPrefix(sc, "Benchmark"), "-")
+	parts := strings.Split(name, "/")
+	if len(parts) < 3 || parts[0] != "Allow" && parts[0] != "AllowMany" {
+		return "", false
+	}
+	rest := strings.Join(parts[2:], "/")
+	if strings.HasPrefix(rest, "hot=") {
+		rest = "hot"
+	} else if !strings.HasPrefix(rest, "keys=") {
+		return "", false
+	}
+	if parts[0] == "AllowMany" {
+		rest = strings.Split(rest, "/batch=")[0]
+	}
+	f := "Floor/heap/" + rest
+	if procs != "" {
+		f += "-" + procs
+	}
+	return f, true
+}
+
+// writeFloorTable writes, for every engine scenario that has a floor in the
+// same file, our median time, the floor's, and their ratio: how far a
+// decision is from the memory floor (hash, probe, one CAS in a flat table
+// of the same keys). It returns the number of rows.
+func writeFloorTable(w io.Writer, d *dataset) int {
+	n := 0
+	for _, sc := range d.scenariosWith(unitTime) {
+		f, ok := floorOf(sc)
+		if !ok {
+			continue
+		}
+		unit := unitTime
+		if strings.HasPrefix(strings.TrimPrefix(sc, "Benchmark"), "AllowMany/") {
+			unit = unitPerKey
+		}
+		ours, ok1 := d.median(sc, "", unit)
+		floor, ok2 := d.median(f, "", unitTime)
+		if !ok1 || !ok2 || floor <= 0 {
+			continue
+		}
+		if n == 0 {
+			header(w, "scenario", "ours (median)", "floor (median)", "ours / floor")
+		}
+		n++
+		row(w, short(sc), fmtTime(ours), fmtTime(floor), fmtRatio(ours/floor))
+	}
+	return n
+}

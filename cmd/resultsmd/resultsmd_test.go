@@ -104,3 +104,28 @@ func TestReportIncludesFragmentsVerbatimAndNamesMissingInputs(t *testing.T) {
 		}
 	}
 }
+
+// Each engine scenario is set against the floor of the same keys and
+// GOMAXPROCS; AllowMany by its time per key.
+func TestFloorTable(t *testing.T) {
+	d, err := parse(strings.NewReader(`goos: linux
+BenchmarkAllow/counter/hot=allowed-2   	1000	50 ns/op
+BenchmarkAllow/counter/keys=100k/uniform-2   	1000	300 ns/op
+BenchmarkAllow/log/keys=1M/uniform-2   	1000	300 ns/op
+BenchmarkAllowMany/counter/keys=100k/uniform/batch=16-2   	1000	3200 ns/op	200 ns/key
+BenchmarkFloor/heap/hot-2   	1000	20 ns/op
+BenchmarkFloor/heap/keys=100k/uniform-2   	1000	150 ns/op
+`), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if n := writeFloorTable(&b, d); n != 3 {
+		t.Fatalf("%d rows:\n%s", n, b.String())
+	}
+	for _, want := range []string{"| Allow/counter/hot=allowed-2 | 50ns | 20ns | 2.50× |", "| Allow/counter/keys=100k/uniform-2 | 300ns | 150ns | 2.00× |", "| AllowMany/counter/keys=100k/uniform/batch=16-2 | 200ns | 150ns | 1.33× |"} {
+		if !strings.Contains(b.String(), want) {
+			t.Fatalf("missing %q in:\n%s", want, b.String())
+		}
+	}
+}

@@ -82,6 +82,7 @@ type result struct {
 	emptyPackages        int                 // packages with no test files
 	pkgSeen              map[string]bool
 	testOut              map[string][]string // pkg/test -> output lines
+	benchLine            map[string]string   // pkg/benchmark -> output not yet ended by a newline
 	buildOut             map[string][]string // import path -> build output
 	pendingPkgOut        map[string][]string // package-level output
 	printFailures        io.Writer
@@ -91,7 +92,7 @@ type result struct {
 func newResult(step string) *result {
 	return &result{
 		step: step, skips: map[string][]string{}, pkgSeen: map[string]bool{},
-		testOut: map[string][]string{}, buildOut: map[string][]string{}, pendingPkgOut: map[string][]string{},
+		testOut: map[string][]string{}, benchLine: map[string]string{}, buildOut: map[string][]string{}, pendingPkgOut: map[string][]string{},
 	}
 }
 
@@ -109,8 +110,8 @@ func (r *result) add(e event) {
 		}
 	case "output":
 		if e.Test != "" {
-			if strings.HasPrefix(e.Test, "Benchmark") && benchRow(e.Output) {
-				r.benchmarks++
+			if strings.HasPrefix(e.Test, "Benchmark") {
+				r.countBenchRows(key, e.Output)
 			}
 			r.testOut[key] = append(r.testOut[key], e.Output)
 		} else {
@@ -122,8 +123,15 @@ func (r *result) add(e event) {
 			return
 		}
 		if strings.HasPrefix(e.Test, "Benchmark") {
-			if e.Action == "fail" {
+			r.countBenchRows(key, "\n") // a row cut off by the end event
+			delete(r.benchLine, key)
+			switch e.Action {
+			case "fail":
 				r.testFailed(e, key)
+			case "skip": // a skipped benchmark is a skip too, with its reason
+				r.skip++
+				reason := skipReason(r.testOut[key])
+				r.skips[reason] = append(r.skips[reason], shortPkg(e.Package)+"."+e.Test)
 			}
 			delete(r.testOut, key)
 			return
@@ -180,6 +188,25 @@ func (r *result) packageDone(e event) {
 	if r.printPackages != nil && e.Action != "fail" {
 		fmt.Fprintf(r.printPackages, "ok   %-60s %6.2fs\n", e.Package, e.Elapsed)
 	}
+}
+
+// countBenchRows counts the result rows in a benchmark's output. go test
+// -json may split one row over several output events (the name in one,
+// the figures in the next), so the text is put back together per benchmark
+// and counted line by line.
+func (r *result) countBenchRows(key, out string) {
+	text := r.benchLine[key] + out
+	for {
+		i := strings.IndexByte(text, '\n')
+		if i < 0 {
+			break
+		}
+		if benchRow(text[:i]) {
+			r.benchmarks++
+		}
+		text = text[i+1:]
+	}
+	r.benchLine[key] = text
 }
 
 // skipReason is the last line a skipped test logged before "--- SKIP",

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,5 +70,36 @@ func TestSkipReasonAndBenchRow(t *testing.T) {
 	}
 	if !benchRow("BenchmarkAllow/counter/keys=100k-2   \t 1\t 50 ns/op\n") || benchRow("BenchmarkAllow\n") {
 		t.Error("benchRow misclassifies")
+	}
+}
+
+// Review F7: a row whose name and figures come in two output events counts
+// once, a row cut off by the benchmark's end counts, and a skipped
+// benchmark is a skip with its reason.
+func TestBenchRowsSplitAndBenchmarkSkips(t *testing.T) {
+	const in = `{"Action":"run","Package":"m/b","Test":"BenchmarkY"}
+{"Action":"output","Package":"m/b","Test":"BenchmarkY","Output":"BenchmarkY/a=1-2   \t"}
+{"Action":"output","Package":"m/b","Test":"BenchmarkY","Output":"       1\t       5.0 ns/op\n"}
+{"Action":"output","Package":"m/b","Test":"BenchmarkY","Output":"BenchmarkY/a=2-2   \t       1\t       6.0 ns/op"}
+{"Action":"pass","Package":"m/b","Test":"BenchmarkY"}
+{"Action":"run","Package":"m/b","Test":"BenchmarkRedis"}
+{"Action":"output","Package":"m/b","Test":"BenchmarkRedis","Output":"    bench_test.go:9: redistest: redis-server not found in PATH\n"}
+{"Action":"output","Package":"m/b","Test":"BenchmarkRedis","Output":"--- SKIP: BenchmarkRedis\n"}
+{"Action":"skip","Package":"m/b","Test":"BenchmarkRedis"}
+{"Action":"pass","Package":"m/b","Elapsed":0.1}
+`
+	r := newResult("bench")
+	for _, line := range strings.Split(strings.TrimSpace(in), "\n") {
+		var e event
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatal(err)
+		}
+		r.add(e)
+	}
+	if r.benchmarks != 2 {
+		t.Errorf("benchmark rows = %d, want 2", r.benchmarks)
+	}
+	if r.skip != 1 || len(r.skips["redistest: redis-server not found in PATH"]) != 1 {
+		t.Errorf("skips = %d %v, want BenchmarkRedis with its reason", r.skip, r.skips)
 	}
 }

@@ -3,8 +3,12 @@ package main
 import (
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 const sample = `# HELP slidelimit_gateway_decision_seconds x
@@ -39,6 +43,9 @@ func TestParseHistogramSumsRulesAndQuantiles(t *testing.T) {
 	}
 }
 
+// TestJudgeVerdicts pins the objectives and the exit statuses the README
+// and mk/gateway.mk document (W8: a run that measured the generator's
+// backlog failed, and a 110 % rate passed).
 func TestJudgeVerdicts(t *testing.T) {
 	// Every decision within 2 us: p99 <= 2 us.
 	const fast = `slidelimit_gateway_decision_seconds_bucket{rule="a",le="1e-06"} 10
@@ -49,19 +56,65 @@ slidelimit_gateway_decision_seconds_bucket{rule="a",le="+Inf"} 90
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk := func(p50 int64) *report {
+	mk := func(rate float64, errors uint64) *report {
 		r := &report{}
-		r.Steady.Sent, r.Steady.Latency.P50 = 1, p50
+		r.Steady.Sent, r.Steady.TargetRate, r.Steady.AchievedRate, r.Steady.Errors = 1, 2000, rate, errors
+		// A huge wait before the call (generator backlog) must not count.
+		r.Steady.Latency.P50, r.Steady.Service.P50 = int64(300*time.Millisecond), int64(5*time.Millisecond)
 		return r
 	}
-	var sb strings.Builder
-	if code := judge(&sb, mk(100_000), mk(300_000), h, 1e6, 2e6); code != 0 {
-		t.Errorf("within both objectives: exit %d\n%s", code, sb.String())
+	pr := func(added time.Duration) *probeResult { return &probeResult{Pairs: 100, Added: quantiles{P50: added}} }
+	obj := objectives{decisionP99: time.Millisecond, addedP50: 2 * time.Millisecond}
+	for _, tc := range []struct {
+		name      string
+		d, g      *report
+		p         *probeResult
+		obj       objectives
+		want      int
+		wantInOut string
+	}{
+		{"pass", mk(2000, 0), mk(2001, 0), pr(300 * time.Microsecond), obj, exitPass, "rate sustained through the gateway"},
+		{"added p50 over", mk(2000, 0), mk(2000, 0), pr(3 * time.Millisecond), obj, exitMissed, "FAIL"},
+		{"decision p99 over", mk(2000, 0), mk(2000, 0), pr(time.Microsecond), objectives{decisionP99: time.Microsecond, addedP50: time.Second}, exitMissed, "FAIL"},
+		{"errors", mk(2000, 0), mk(2000, 3), pr(time.Microsecond), obj, exitMissed, "FAIL"},
+		{"backlog is no pass", mk(2000, 0), mk(2204, 0), pr(time.Microsecond), obj, exitMissed, "110.2% of 2000/s: a warm-up backlog drained"},
+		{"gateway too slow", mk(2000, 0), mk(1700, 0), pr(time.Microsecond), obj, exitMissed, "85.0% of 2000/s"},
+		{"machine too busy", mk(1500, 0), mk(1400, 0), pr(time.Microsecond), obj, exitInconclusive, "INCONCLUSIVE"},
+		{"busy and missed", mk(1500, 0), mk(1400, 0), pr(time.Second), obj, exitMissed, "FAIL"},
+	} {
+		var sb strings.Builder
+		if code := judge(&sb, tc.d, tc.g, h, tc.p, tc.obj); code != tc.want || !strings.Contains(sb.String(), tc.wantInOut) {
+			t.Errorf("%s: exit %d, want %d, output lacks %q:\n%s", tc.name, code, tc.want, tc.wantInOut, sb.String())
+		}
 	}
-	if code := judge(io.Discard, mk(100_000), mk(3_000_000), h, 1e6, 2e6); code != 1 {
-		t.Errorf("added p50 2.9ms over 2ms: exit %d, want 1", code)
+	if code := run([]string{"-direct", "x.json"}, io.Discard, io.Discard); code != exitBadInput {
+		t.Errorf("missing flags: exit %d, want %d", code, exitBadInput)
 	}
-	if code := judge(io.Discard, mk(100_000), mk(300_000), h, 1000, 2e6); code != 1 {
-		t.Errorf("decision p99 over 1us: exit %d, want 1", code)
+}
+
+// TestProbeMeasuresServiceTimePerPair: an upstream behind a "gateway"
+// that adds 2 ms per request gives added p50 >= 2 ms, whatever queue a
+// load generator would have had.
+func TestProbeMeasuresServiceTimePerPair(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-API-Key") == "" {
+			http.Error(w, "no key", 400)
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}))
+	defer gw.Close()
+	out := filepath.Join(t.TempDir(), "probe.json")
+	if code := run([]string{"probe", "-direct", up.URL, "-gateway", gw.URL, "-n", "50", "-out", out}, io.Discard, io.Discard); code != exitPass {
+		t.Fatalf("probe exit %d", code)
+	}
+	p, err := readProbe(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Pairs != 50 || p.Errors != 0 || p.Added.P50 < 2*time.Millisecond || p.Gateway.P50 < p.Direct.P50 {
+		t.Errorf("probe %+v, want 50 pairs with added p50 >= 2ms", p)
 	}
 }
