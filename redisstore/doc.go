@@ -30,7 +30,7 @@
 //	<Prefix>{<tag>}<alg>/<Window>/<Limit>:<key>
 //
 // for example slidelimit:{1f3a}log/1m0s/100:api-key-42. tag is four hex
-// digits of the key's xxhash (14 bits): Redis Cluster (and go-redis's Ring)
+// digits of the key's FNV-1a hash (14 bits): Redis Cluster (and go-redis's Ring)
 // hash only the part between the first '{' and the next '}', and neither the
 // prefix (which may not contain braces) nor the tag holds one, so the slot is
 // a function of the digest for every key, whatever its bytes (empty, '{',

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/slidelimit/slidelimit/engine"
 )
 
@@ -14,7 +13,7 @@ import (
 //	<Prefix>{<tag>}<alg>/<Window>/<Limit>:<key>   the state
 //	<Prefix>{<tag>}<alg>/<Window>/<Limit>!<key>   SlidingCounter's return marks (Hybrid)
 //
-// where tag is four hex digits of a digest of key. Redis Cluster hashes
+// where tag is four hex digits of a digest of key (14 bits of FNV-1a). Redis Cluster hashes
 // only the bytes between the first '{' and the first '}' after it; the
 // prefix has no brace and the tag is hex, so that is always the tag,
 // whatever bytes key holds (empty, '{', '}', binary): every key of one
@@ -49,8 +48,21 @@ func newKeyspace(c Config) keyspace {
 	}
 }
 
-// tag returns the digest of key that names its hash tag, < 1<<tagBits.
-func tag(key string) uint16 { return uint16(xxhash.Sum64String(key) & (1<<tagBits - 1)) }
+// tag returns the digest of key that names its hash tag, < 1<<tagBits:
+// FNV-1a (64 bits), folded. Every process of a fleet must compute the same
+// tag for a key, so the hash is fixed (no per-process seed); it only spreads
+// keys over slots, and a caller who aims many keys at one slot gains
+// nothing it would not get from hammering one key.
+func tag(key string) uint16 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	h ^= h >> 32
+	h ^= h >> 16
+	return uint16(h & (1<<tagBits - 1))
+}
 
 // state returns the name of key's state and its tag.
 func (ks keyspace) state(key string) (string, uint16) {
