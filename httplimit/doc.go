@@ -52,7 +52,11 @@
 //     NOT). The writer the handler gets passes Flush, Hijack and ReadFrom
 //     through and unwraps for http.ResponseController.
 //   - The request's context reaches ready backends (AllowNContext,
-//     PeekContext), so a remote store stops waiting for a client that left.
+//     PeekContext): a remote store does not start, or stops waiting for,
+//     a call for a client that left. A call already on the wire ends at
+//     its deadline (redisstore: at most Config.Timeout after it was sent),
+//     because go-redis applies a context's deadline to the socket but does
+//     not interrupt a read on cancellation (redis/go-redis#2556).
 //   - Two rules never share limiter state: a rule built from an
 //     engine.Config owns its engine.Limiter, and a rule handed a ready
 //     RateLimiter (which may be shared) prefixes its keys with its name and

@@ -544,3 +544,35 @@ return {ok and 1 or 0, first}`
 		t.Fatalf("two writes of three at one µs: %d entries, first indexes %d and %d", got, r1[1], r2[1])
 	}
 }
+
+// TestCancelOnTheWireBoundedByTimeout (issue 12 review F3): a caller that
+// cancels while its call sits in a stopped server's socket gets its answer
+// when the call's deadline passes (go-redis does not interrupt a read on
+// cancellation), so Timeout bounds how long a client that left holds a
+// goroutine; the request, run by the server after its deadline, consumes
+// nothing.
+func TestCancelOnTheWireBoundedByTimeout(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	const timeout = 300 * time.Millisecond // about timeouts
+	client := newClient(t, srv.Addr())
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 2, Window: time.Hour,
+		OnFailure: FailClosed, Timeout: timeout})
+	warmPool(t, client, 1)
+	srv.Pause()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	start := time.Now()
+	d, err := s.AllowNContext(ctx, "k", 1)
+	took := time.Since(start)
+	srv.Resume()
+	if d.Allowed || err == nil {
+		t.Fatalf("call cancelled during a stall: %+v, %v; want denied with an error", d, err)
+	}
+	if took > 3*timeout {
+		t.Fatalf("cancelled call returned after %v, more than 3 x Timeout %v", took, timeout)
+	}
+	if n := held(t, client, s, "k"); n != 0 {
+		t.Fatalf("Redis holds %d requests for k after the cancelled call; want 0", n)
+	}
+}

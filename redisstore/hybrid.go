@@ -556,7 +556,12 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 	for i, j := range jobs {
 		var r [4]int64
 		cerr := err
-		if c := cmds[i]; c != nil && c.Err() == nil {
+		// A command of a failed pipeline may still hold a reply (read
+		// before the connection broke): the server applied it, so it is
+		// installed. One without a reply was never answered: the
+		// pipeline's error is its cause (go-redis leaves such a command
+		// without an error of its own when the dial itself failed).
+		if c := cmds[i]; c != nil && c.Err() == nil && (err == nil || len(c.Val()) > 0) {
 			r, cerr = h.s.reply(j.e.tag, c.Val(), recvWall)
 		} else if c != nil && cerr == nil {
 			cerr = c.Err()

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -585,5 +586,35 @@ func TestHybridOpenBreakerNoResendLoop(t *testing.T) {
 	// (at most one per key per SyncInterval).
 	if n := h.Stats().Store.ShortCircuits - before; n > 200 {
 		t.Fatalf("%d short-circuited sends for 20 requests", n)
+	}
+}
+
+// TestWaitSurfacesBackendFault (issue 12 review F5): engine.WaitN on a
+// Hybrid or a Store whose Redis is gone returns the backend's error (the
+// FailClosed policy denied) instead of retrying until the context ends.
+func TestWaitSurfacesBackendFault(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	base := Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog, Limit: 2, Window: time.Hour, OnFailure: FailClosed}
+	h := newHybrid(t, HybridConfig{Config: base, MaxLease: 2, SyncInterval: 20 * time.Millisecond})
+	s := newStore(t, base)
+	for _, rl := range []engine.RateLimiter{h, s} {
+		for range 2 { // the key is full: a waiter must wait for Redis
+			if err := engine.Wait(context.Background(), rl, fmt.Sprintf("%T", rl)); err != nil {
+				t.Fatalf("%T healthy: %v", rl, err)
+			}
+		}
+	}
+	srv.Kill()
+	for _, rl := range []engine.RateLimiter{h, s} {
+		// A minute: far longer than any fault takes to show; the test is
+		// that WaitN returns the fault, not that it is quick.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := engine.Wait(ctx, rl, fmt.Sprintf("%T", rl))
+		ended := ctx.Err()
+		cancel()
+		if !errors.Is(err, ErrUnavailable) || ended != nil || strings.Contains(err.Error(), "values, want") {
+			t.Errorf("%T: Wait with Redis down = %v (ctx %v); want ErrUnavailable before the context ends", rl, err, ended)
+		}
 	}
 }
