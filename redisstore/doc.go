@@ -86,7 +86,9 @@
 // and probes once per cool-down to recover by itself. Only the server's
 // faults count: a caller's cancelled or expired context is its own, gets
 // the policy's decision without consuming anything and an error wrapping
-// only the context's error, and never opens the breaker. Every fault is
+// only the context's error, and never opens the breaker (when the server
+// stalled past Timeout meanwhile, the stall counts for the breaker, and the
+// caller still gets its context's error and consumes nothing). Every fault is
 // counted in Stats; nothing panics. The ...Context variants return the
 // policy's decision together with an error wrapping ErrUnavailable. A call
 // whose caller cancels returns when its round trip ends, at most Timeout

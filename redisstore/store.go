@@ -48,7 +48,7 @@ type Stats struct {
 	Timeouts      uint64 // Redis calls that ran past Config.Timeout
 	Late          uint64 // calls Redis refused because they reached it after their deadline (a stalled server)
 	Errors        uint64 // other failed Redis calls (refused, reset, server error replies)
-	Canceled      uint64 // calls whose caller's context ended first (not Redis's fault; the breaker ignores them)
+	Canceled      uint64 // calls whose caller's context ended first (not Redis's fault; the breaker ignores them); one during which Redis also stalled past Timeout is a Timeout or Late, and still consumes nothing for the caller
 	KeysTooLong   uint64 // calls with a key longer than MaxKeyLen (denied, never sent)
 	BreakerOpens  uint64 // times the circuit breaker opened
 	ShortCircuits uint64 // calls not sent because the breaker was open
@@ -314,12 +314,20 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	now := s.mono()
 	late := errors.Is(err, errLate)
 	expired := !time.Now().Before(deadline)
+	// gaveUp: the caller's context ended while the call was out. Whatever
+	// the server did, the caller gets its context's error and the policy
+	// consumes nothing for it (a client that left spends no quota, not
+	// even FailLocal's); the server's stall still counts below.
+	gaveUp := parent.Err()
 	switch {
 	case own && late:
 		// Redis ran the call after three quarters of Timeout: the server
 		// (or the network to it) stalled.
 		s.late.Add(1)
 		s.br.failure(now, probe)
+		if gaveUp != nil {
+			return gaveUp
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
 	case own && expired && isTimeout(err):
 		// Redis did not answer within Timeout, whether or not the caller
@@ -327,8 +335,11 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 		// deadline, so this is the server's silence).
 		s.timeouts.Add(1)
 		s.br.failure(now, probe)
+		if gaveUp != nil {
+			return gaveUp
+		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
-	case parent.Err() != nil || (!own && (expired || late)):
+	case gaveUp != nil || (!own && (expired || late)):
 		// The caller gave up, or its own deadline, shorter than Timeout,
 		// passed (or made the call late): not the server's fault.
 		s.canceled.Add(1)
