@@ -27,7 +27,9 @@ type HybridConfig struct {
 	SyncInterval time.Duration
 	// MaxLease caps the tokens one node reserves for one key per sync. It
 	// sets both the error bound (see Hybrid) and the fastest a node can
-	// admit one key, MaxLease per SyncInterval. 0 means
+	// admit one key, MaxLease per SyncInterval. A request of n > MaxLease
+	// is judged by a lease of n (asked for at once, and by the next sync).
+	// 0 means
 	// max(1, ceil(2 x Limit x SyncInterval / Window)): twice the key's
 	// average share of the limit per interval.
 	MaxLease int
@@ -69,8 +71,8 @@ type HybridConfig struct {
 //
 //	Limit + 2 x N x MaxLease
 //
-// (a first request of n > MaxLease leases n, and n replaces MaxLease
-// there). SlidingCounter keeps its own approximation on top: its
+// (a request of n > MaxLease leases n, and so do the renewals of the sync
+// after it: n replaces MaxLease there). SlidingCounter keeps its own approximation on top: its
 // reservations obey the counter's rule, whose worst case is Limit - 1 over
 // Limit (package engine), so its bound is
 //
@@ -132,6 +134,7 @@ type Hybrid struct {
 type lease struct {
 	tokens  atomic.Int64 // unspent; swapped to 0 when the lease is retired
 	granted int64
+	asked   int64 // what the node asked for: a lease that asked fewer than n cannot judge a request of n
 	expires int64 // monotonic ns: max(send + 2 x SyncInterval, receipt + SyncInterval)
 	at      int64 // log: the TIME (µs) of the script run that reserved it, which names its members; counter: window number
 	first   int64 // log: index of the first member
@@ -152,6 +155,7 @@ type hkey struct {
 	tag         uint16
 	cur         atomic.Pointer[lease]
 	demand      atomic.Int64 // tokens asked since the last sync, admitted or not
+	widest      atomic.Int64 // the largest n of one request since the last sync
 
 	mu       sync.Mutex
 	flight   *flight // the send in progress, nil if none; guarded by mu
@@ -241,7 +245,8 @@ func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 func (h *Hybrid) MaxLease() int { return h.maxLease }
 
 // Bound returns the documented worst-case overshoot for nodes nodes: how
-// many requests above Limit any window of length Window may admit.
+// many requests above Limit any window of length Window may admit, for
+// requests of n <= MaxLease (see Hybrid for larger ones).
 // SlidingLog: 2 x nodes x MaxLease. SlidingCounter: Limit - 1 more, its
 // own approximation (see Hybrid).
 func (h *Hybrid) Bound(nodes int) int {
@@ -278,13 +283,29 @@ func (h *Hybrid) AllowNContext(ctx context.Context, key string, n int) (engine.D
 	}
 	e := h.entry(key)
 	e.demand.Add(int64(n))
+	if n > 1 {
+		raiseTo(&e.widest, int64(n))
+	}
 	if d, ok := h.spend(e, n, h.mono()); ok {
 		return d, nil
 	}
 	return h.miss(ctx, e, key, n)
 }
 
-// spend decides from e's lease if it is live.
+// raiseTo stores x in v unless v holds more.
+func raiseTo(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
+// spend decides from e's lease if it is live and was asked for at least n
+// tokens. A lease that asked for fewer (renewed at the key's usual demand,
+// below a request of n > MaxLease) says nothing about whether Redis has
+// room for n: such a request takes the miss path, which asks for n.
 func (h *Hybrid) spend(e *hkey, n int, now int64) (engine.Decision, bool) {
 	l := e.cur.Load()
 	if l == nil || now >= l.expires {
@@ -294,6 +315,9 @@ func (h *Hybrid) spend(e *hkey, n int, now int64) (engine.Decision, bool) {
 	for {
 		t := l.tokens.Load()
 		if t < int64(n) {
+			if l.asked < int64(n) {
+				return engine.Decision{}, false
+			}
 			h.denied.Add(1)
 			return engine.Decision{Limit: L, Remaining: int(t), RetryAfter: time.Duration(h.interval)}, true
 		}
@@ -353,6 +377,11 @@ func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.D
 			e.mu.Unlock()
 			return d, nil
 		}
+		// undersized: a live lease that asked for fewer than n tokens. It
+		// may send at once (the send asks for n, so the next lease can
+		// judge the request), not only a SyncInterval after the last.
+		l := e.cur.Load()
+		undersized := l != nil && now < l.expires && l.asked < int64(n)
 		f := e.flight
 		var wake <-chan struct{}
 		switch {
@@ -362,7 +391,7 @@ func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.D
 			err := e.failErr
 			e.mu.Unlock()
 			return h.policy(key, n, err)
-		case now-e.lastSend < h.interval:
+		case now-e.lastSend < h.interval && !undersized:
 			// A send that returned tokens only (the key had gone quiet):
 			// the next may go once a SyncInterval has passed.
 		default:
@@ -620,7 +649,7 @@ func (h *Hybrid) install(j *job, r [4]int64, err error, send, recv int64) {
 	if j.g == 0 {
 		return
 	}
-	nl := &lease{granted: r[0], expires: max(send+2*h.interval, recv+h.interval), at: r[1], first: r[2]}
+	nl := &lease{granted: r[0], asked: j.g, expires: max(send+2*h.interval, recv+h.interval), at: r[1], first: r[2]}
 	nl.tokens.Store(r[0])
 	h.leased.Add(uint64(r[0]))
 	if e.dead {
@@ -689,6 +718,7 @@ func (h *Hybrid) sync(final bool) {
 			l = nil
 		}
 		d := e.demand.Swap(0)
+		widest := e.widest.Swap(0)
 		if d > 0 {
 			e.quiet = 0
 		} else {
@@ -696,7 +726,10 @@ func (h *Hybrid) sync(final bool) {
 		}
 		g := int64(0)
 		if !final && (d > 0 || e.quiet <= keepWarm) {
-			g = min(int64(h.maxLease), max(1, 2*d))
+			// A key asked for n > MaxLease in one request since the last
+			// sync gets a lease of n, so such requests keep being judged
+			// locally (n replaces MaxLease in the bound, see Hybrid).
+			g = max(min(int64(h.maxLease), max(1, 2*d)), widest)
 		}
 		if g == 0 && len(e.pending) == 0 {
 			if l == nil && e.quiet >= idleSyncs {

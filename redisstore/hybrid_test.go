@@ -279,15 +279,6 @@ func askEvery(h *Hybrid, keys []string, gap, span time.Duration) (admitted, tota
 	return a.Load(), total, time.Duration(w.Load())
 }
 
-func raiseTo(v *atomic.Int64, x int64) {
-	for {
-		old := v.Load()
-		if x <= old || v.CompareAndSwap(old, x) {
-			return
-		}
-	}
-}
-
 // slowHybrid is a Hybrid behind proxy: SyncInterval 5 ms, Limit 1000 per
 // second (MaxLease 10), FailClosed.
 func slowHybrid(t *testing.T, proxy *redistest.Proxy, alg engine.Algorithm) *Hybrid {
@@ -616,5 +607,40 @@ func TestWaitSurfacesBackendFault(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) || ended != nil || strings.Contains(err.Error(), "values, want") {
 			t.Errorf("%T: Wait with Redis down = %v (ctx %v); want ErrUnavailable before the context ends", rl, err, ended)
 		}
+	}
+}
+
+// TestHybridRequestAboveMaxLease (adversarial review of issue 10, finding
+// 1): with a live lease renewed at the key's usual size (MaxLease 1 here),
+// AllowN(k, n > MaxLease) was denied from that lease forever, though Redis
+// had room: the lease cannot judge n. Such a request asks Redis for n; on
+// an empty window every one is admitted, and WaitN(n) succeeds at once.
+func TestHybridRequestAboveMaxLease(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			// 10 requests of 3 in a window of Limit 100, 4 x SyncInterval
+			// apart: each finds a lease renewed at the usual size, or
+			// one widened to 3 and unspent (the lease the previous one
+			// spent, sent and received before it, expired at most
+			// 2 x SyncInterval after it). (A request that finds a lease asked for n or more
+			// but partly spent is denied until the next sync, as one of 1
+			// is: MaxLease per SyncInterval, widened to n here, is the
+			// node's pace.)
+			h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: alg,
+				Limit: 100, Window: time.Hour, Prefix: "above:" + alg.String() + ":"}, MaxLease: 1, SyncInterval: 5 * time.Millisecond})
+			if !h.Allow("k") {
+				t.Fatal("first Allow denied")
+			}
+			for i := range 10 {
+				time.Sleep(20 * time.Millisecond)
+				if d := h.AllowN("k", 3); !d.Allowed {
+					t.Fatalf("AllowN(k, 3) #%d denied with 100 per window and %d used: %+v; %+v", i, 1+3*i, d, h.Stats())
+				}
+			}
+			if err := engine.WaitN(context.Background(), h, "k", 3); err != nil {
+				t.Fatalf("WaitN(k, 3): %v", err)
+			}
+		})
 	}
 }
