@@ -16,10 +16,14 @@
 // ("parallel"; vary cores with -cpu), on one client with the options
 // redisstore requires (ContextTimeoutEnabled, MaxRetries -1), shared by
 // all. One run of BenchmarkRedis warms the server up with every
-// implementation, then measures every implementation in turn, each run
-// starting one implementation later than the one before; so -count=N
-// interleaves them N times (ours, redis_rate, ours, ...), a noisy
-// neighbour hits all alike, and none is always measured first. Besides decisions/s, P99 and allocs, each
+// implementation, then measures every implementation in turn, starting
+// with the one -redisbench.round=i picks (i modulo their number). go
+// test's -count would repeat each sub-benchmark back to back, so make
+// bench-redis runs rounds instead: the test binary once per round with
+// -count=1 and the round number, which interleaves the implementations
+// (ours, redis_rate, ..., ours, redis_rate, ...): a noisy neighbour hits
+// all alike, and none is always measured first. Besides decisions/s, P99
+// and allocs, each
 // reports the server's own time per decision from INFO commandstats (reset
 // after the warm-up): srv-µs/decision, and script-µs/call, the scripts'
 // usec_per_call (EVALSHA and EVAL; commands a script calls are counted

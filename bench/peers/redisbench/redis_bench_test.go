@@ -2,6 +2,7 @@ package redisbench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
 	"strconv"
@@ -104,9 +105,9 @@ func hybrid(b *testing.B, c *redis.Client, alg engine.Algorithm) (decider, func(
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Start(b)
 	warmUp(b, srv.Addr())
-	// Each run (-count) starts one implementation later, so that none is
-	// always the first measured on a fresh server.
-	first := int(runs.Add(1)-1) % len(impls)
+	// Each round starts one implementation later, so that none is always
+	// the first measured on a fresh server.
+	first := *round % len(impls)
 	for i := range impls {
 		im := impls[(first+i)%len(impls)]
 		for _, par := range []bool{false, true} {
@@ -132,8 +133,12 @@ func BenchmarkRedis(b *testing.B) {
 	}
 }
 
-// runs counts the runs of BenchmarkRedis in this process.
-var runs atomic.Int64
+// round is the number of this run in an interleaved series. go test's
+// -count repeats each sub-benchmark back to back (ours N times, then
+// redis_rate N times), which is not interleaving: make bench-redis runs
+// the test binary once per round with -count=1 and -redisbench.round=i,
+// so every round measures every implementation, in a rotated order.
+var round = flag.Int("redisbench.round", 0, "the round of an interleaved series: which implementation goes first")
 
 // warmUp runs every implementation a little against the fresh server, so
 // that the first one measured does not pay for its allocator, its script
