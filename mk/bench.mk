@@ -4,7 +4,7 @@
 #
 #   make bench       engine suite, -count=$(BENCH_COUNT), out/bench/engine.txt
 #   make benchstat   make bench, then benchstat vs $(BENCH_BASELINE) (created if missing)
-#   make compare     ours vs peers interleaved, out/bench/peers.txt, ratio table
+#   make compare     ours vs peers in interleaved rounds, out/bench/peers.txt, ratio table
 #   make profile     out/cpu.pprof, out/mem.pprof of a representative scenario
 #   make trace       out/trace.out of the same scenario
 #   make results     all of the above at RESULTS_* settings, then RESULTS.md
@@ -27,8 +27,12 @@ PROFILE_BENCH  ?= ^BenchmarkAllow$$/^counter$$/^keys=100k$$/^zipf$$
 
 # Single-goroutine benchmarks run at the default GOMAXPROCS; only the
 # RunParallel ones vary cores (-cpu), which would otherwise double the time.
-BENCH_SERIAL   := ^Benchmark(Allow|AllowN|Peek|NewKeys)$$
+BENCH_SERIAL   := ^Benchmark(Allow|AllowN|AllowMany|Peek|NewKeys)$$
 BENCH_PARALLEL := ^BenchmarkAllowParallel$$
+# The memory floor (hash, probe, one CAS in a flat heap table of the same
+# keys), which RESULTS.md sets beside every engine scenario.
+BENCH_FLOOR    := ^BenchmarkFloor$$/^heap$$
+PEERS_SERIAL   := ^Benchmark(Allow|AllowLimit|AllowN|Peek|NewKeys)$$
 
 # $(call bench-run,DIR,REGEX,FLAGS,OUT): run one benchmark invocation in DIR,
 # append its output to OUT and the exact command to commands.txt, and fail
@@ -39,12 +43,29 @@ define bench-run
 	@{ cd $(1) && $(GO) test -run '^$$' -bench '$(2)' $(3) . ; echo $$? > $(abspath $(BENCH_DIR))/.rc; } 2>&1 | tee -a $(abspath $(4)); exit $$(cat $(BENCH_DIR)/.rc)
 endef
 
+# $(call bench-rounds,DIR,REGEX,FLAGS,ROUNDS,OUT): as bench-run, but ROUNDS
+# runs of the test binary with -count=1 instead of one with -count=ROUNDS.
+# go test's -count repeats each sub-benchmark back to back (ours six times,
+# then a peer six times); rounds measure every implementation of a scenario
+# in turn, ROUNDS times over, so a noisy minute hits them alike and the
+# ratios of RESULTS.md compare implementations measured side by side.
+define bench-rounds
+	@mkdir -p $(BENCH_DIR)
+	@echo "for i in \$$(seq $(4)); do (cd $(1) && go test -run '^$$' -bench '$(2)' -count=1 $(3) .); done >> $(5)" | tee -a $(BENCH_DIR)/commands.txt
+	@cd $(1) && $(GO) test -c -o $(abspath $(BENCH_DIR))/rounds.test .
+	@for i in $$(seq $(4)); do \
+		{ (cd $(1) && $(abspath $(BENCH_DIR))/rounds.test -test.run '^$$' -test.bench '$(2)' -test.count=1 $(addprefix -test.,$(patsubst -%,%,$(3)))) ; echo $$? > $(abspath $(BENCH_DIR))/.rc; } 2>&1 | tee -a $(abspath $(5)); \
+		rc=$$(cat $(BENCH_DIR)/.rc); [ "$$rc" = 0 ] || exit $$rc; \
+	done
+endef
+
 .PHONY: bench benchstat bench-baseline compare profile trace results bench-big bench-smoke
 
 ## bench: the engine suite, -count=$(BENCH_COUNT), to out/bench/engine.txt.
 bench:
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/engine.txt
 	$(call bench-run,bench,$(BENCH_SERIAL),-count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
+	$(call bench-run,bench,$(BENCH_FLOOR),-count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
 	$(call bench-run,bench,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
 
 ## benchstat: run the engine suite and compare it with the committed baseline.
@@ -64,11 +85,11 @@ bench-big:
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/big.txt
 	$(call bench-run,bench,^BenchmarkAllow$$/./^keys=10M$$,-count=$(BIG_COUNT) -benchtime=$(RESULTS_TIME) -bench.big,$(BENCH_DIR)/big.txt)
 
-## compare: ours and the peers interleaved in one invocation, then the ratio table.
+## compare: ours and the peers in rounds (each round measures every implementation of a scenario in turn), then the ratio table.
 compare:
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/peers.txt
-	$(call bench-run,bench/peers,$(BENCH_SERIAL),-count=$(COMPARE_COUNT) -benchtime=$(COMPARE_TIME),$(BENCH_DIR)/peers.txt)
-	$(call bench-run,bench/peers,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -count=$(COMPARE_COUNT) -benchtime=$(COMPARE_TIME),$(BENCH_DIR)/peers.txt)
+	$(call bench-rounds,bench/peers,$(PEERS_SERIAL),-benchtime=$(COMPARE_TIME),$(COMPARE_COUNT),$(BENCH_DIR)/peers.txt)
+	$(call bench-rounds,bench/peers,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -benchtime=$(COMPARE_TIME),$(COMPARE_COUNT),$(BENCH_DIR)/peers.txt)
 	$(GO) run -C cmd/resultsmd . -ratio $(abspath $(BENCH_DIR))/peers.txt
 
 ## profile: CPU and heap profiles of one representative scenario.

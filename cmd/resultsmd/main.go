@@ -80,7 +80,7 @@ func writeReport(out, dir, fragDir, peersDir, label string) error {
 
 	fmt.Fprintln(w, "## How to read this")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Every figure is the median of the runs in the files named above; `±` is benchstat's 95% confidence interval around it. A ratio is median(peer) / median(ours) from the same invocation, in which ours and the peers ran interleaved: above 1 the peer is slower. `allowed/op` is the fraction of decisions that admitted, so that \"allowed\" and \"denied\" scenarios can be checked. Windows are scaled down (microseconds to milliseconds) because a benchmark issues millions of decisions per second; see package bench/keyset for the profiles.")
+	fmt.Fprintln(w, "Every figure is the median of the runs in the files named above; `±` is benchstat's 95% confidence interval around it. A ratio is median(peer) / median(ours) from the same rounds: each round (one run of the test binary with -count=1) measures every implementation of a scenario in turn, so ours and the peers are measured side by side, and the rounds repeat that; above 1 the peer is slower. `allowed/op` is the fraction of decisions that admitted, so that \"allowed\" and \"denied\" scenarios can be checked. Windows are scaled down (microseconds to milliseconds) because a benchmark issues millions of decisions per second; see package bench/keyset for the profiles.")
 	fmt.Fprintln(w)
 
 	peers, perr := parseFile(filepath.Join(dir, "peers.txt"))
