@@ -592,3 +592,29 @@ func TestCancelOnTheWireBoundedByTimeout(t *testing.T) {
 		})
 	}
 }
+
+// TestGaveUpDuringServerFaultCountsTheFault: a caller that gave up while
+// its call failed for the server's own reason (killed with the request in
+// its socket: the connection breaks) gets its context's error, and the
+// fault still counts as the server's (Stats.Errors, the breaker).
+func TestGaveUpDuringServerFaultCountsTheFault(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 3, Window: time.Hour,
+		OnFailure: FailClosed, BreakerThreshold: 1})
+	warmPool(t, client, 1)
+	srv.Pause()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, func() {
+		cancel()
+		srv.Kill() // the paused server dies: the call's connection is reset
+	})
+	_, err := s.AllowNContext(ctx, "k", 1)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err = %v, want context.Canceled only", err)
+	}
+	if st := s.Stats(); st.Errors+st.Timeouts == 0 || st.BreakerOpens == 0 {
+		t.Fatalf("stats %+v: the broken connection must count as the server's fault", st)
+	}
+}

@@ -28,10 +28,9 @@ type HybridConfig struct {
 	// MaxLease caps the tokens one node reserves for one key per sync. It
 	// sets both the error bound (see Hybrid) and the fastest a node can
 	// admit one key, MaxLease per SyncInterval. A request of n > MaxLease
-	// is judged by a lease of n (asked for at once, and by the next sync).
-	// 0 means
-	// max(1, ceil(2 x Limit x SyncInterval / Window)): twice the key's
-	// average share of the limit per interval.
+	// is judged by a lease of n, asked for at once (a round trip, as in a
+	// Store). 0 means max(1, ceil(2 x Limit x SyncInterval / Window)):
+	// twice the key's average share of the limit per interval.
 	MaxLease int
 }
 
@@ -53,26 +52,28 @@ type HybridConfig struct {
 // trip, a lease lives at least one SyncInterval after it arrives, so a
 // slow network slows renewals but does not starve the node. A node has at
 // most one send in flight per key and sends for a key at least
-// SyncInterval apart. With a round trip R above SyncInterval, a key's
+// SyncInterval apart, except for a request of n that finds a live lease
+// asked for fewer than n: it retires that lease (its unspent tokens go
+// back in the same script run, before the grant) and asks for n at once.
+// With a round trip R above SyncInterval, a key's
 // leases are renewed every R and each lives SyncInterval after it arrives,
 // so for R - SyncInterval of every R the key has no live lease and its
 // requests wait (at most R) for the one in flight: decisions then cost
 // what a Store's do, and are still admitted.
 //
 // Error bound (SlidingLog). Redis never holds more than Limit reservations
-// in any window. A request admitted at u in the window [t-W, t] whose
-// tokens the Redis window no longer counts was reserved before t-W, so its
-// lease was sent before t-W and lived past it: either it was sent in
-// [t-W-2I, t-W) (at most two sends, I apart), or it was sent earlier and
-// received after t-W-I, and then the next send came after that receipt, so
-// at most one more send falls in [t-W-I, t-W). Either way at most two
-// leases per node, and with N nodes the admitted requests in any window of
-// length W are at most
+// in any window. The requests admitted in a window [t-W, t] spend tokens
+// reserved in it (at most Limit) or reserved before t-W. A node spends
+// only its current lease, and a lease that is replaced or retired has its
+// tokens swapped to zero, so the tokens reserved before t-W that a node
+// spends after t-W belong to the lease current at t-W or to the one send
+// in flight then (at most one per key): at most two leases per node. With
+// N nodes the admitted requests in any window of length W are at most
 //
 //	Limit + 2 x N x MaxLease
 //
-// (a request of n > MaxLease leases n, and so do the renewals of the sync
-// after it: n replaces MaxLease there). SlidingCounter keeps its own approximation on top: its
+// where MaxLease is replaced by n when a request of n > MaxLease asked for
+// a lease of n. SlidingCounter keeps its own approximation on top: its
 // reservations obey the counter's rule, whose worst case is Limit - 1 over
 // Limit (package engine), so its bound is
 //
@@ -84,13 +85,16 @@ type HybridConfig struct {
 // MaxLease 2) the log peaked at 40-43 in a window, the counter at 48-55
 // where the in-memory engine on the same trace peaks at 41. Bound returns
 // the part above Limit. The bounds are worst cases (bursts exactly at
-// window edges); the tests measure three nodes on a trace against them. The price is undershoot: tokens reserved but not spent are
+// window edges); the tests measure three nodes on a trace against them.
+// The price is undershoot: tokens reserved but not spent are
 // unavailable to other nodes until the next sync returns them.
 // Decision.Remaining is the node's unspent lease and RetryAfter the time to
 // its next sync; both are local views.
 //
 // Faults. When Redis fails, keys with a live lease keep spending it; the
-// others are decided by OnFailure, as in a Store. A lease whose reply comes
+// others, and requests of n larger than the live lease was asked for, are
+// decided by OnFailure, as in a Store (a caller whose context ended gets
+// its context's error and consumes nothing). A lease whose reply comes
 // after Timeout is a fault like any other (counted in Stats().Store, decided
 // by the policy for the requests that waited for it), and Redis refuses a
 // lease request that reaches it after its deadline, so a lease the node
@@ -155,7 +159,6 @@ type hkey struct {
 	tag         uint16
 	cur         atomic.Pointer[lease]
 	demand      atomic.Int64 // tokens asked since the last sync, admitted or not
-	widest      atomic.Int64 // the largest n of one request since the last sync
 
 	mu       sync.Mutex
 	flight   *flight // the send in progress, nil if none; guarded by mu
@@ -283,23 +286,10 @@ func (h *Hybrid) AllowNContext(ctx context.Context, key string, n int) (engine.D
 	}
 	e := h.entry(key)
 	e.demand.Add(int64(n))
-	if n > 1 {
-		raiseTo(&e.widest, int64(n))
-	}
 	if d, ok := h.spend(e, n, h.mono()); ok {
 		return d, nil
 	}
 	return h.miss(ctx, e, key, n)
-}
-
-// raiseTo stores x in v unless v holds more.
-func raiseTo(v *atomic.Int64, x int64) {
-	for {
-		old := v.Load()
-		if x <= old || v.CompareAndSwap(old, x) {
-			return
-		}
-	}
 }
 
 // spend decides from e's lease if it is live and was asked for at least n
@@ -366,6 +356,12 @@ func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.D
 		}
 	}()
 	for {
+		if err := ctx.Err(); err != nil {
+			// The caller gave up (also when its context ended while a
+			// flight it waited for completed): its context's error, and
+			// nothing consumed, whatever the last send did.
+			return h.policy(key, n, err)
+		}
 		e.mu.Lock()
 		for e.dead {
 			e.mu.Unlock()
@@ -395,6 +391,13 @@ func (h *Hybrid) miss(ctx context.Context, e *hkey, key string, n int) (engine.D
 			// A send that returned tokens only (the key had gone quiet):
 			// the next may go once a SyncInterval has passed.
 		default:
+			// The lease here is expired or undersized (a live one that
+			// could judge the request decided it in spend): retire it
+			// first, so its unspent tokens go back in the same script
+			// run, before the grant, and this node's own reservation
+			// never stands between it and n (kept, a Limit-10 key with
+			// one token held could never be granted 9).
+			h.retire(e, e.cur.Swap(nil))
 			f = &flight{done: make(chan struct{})}
 			e.flight = f
 			e.demand.Store(0) // this send serves the demand so far
@@ -718,7 +721,6 @@ func (h *Hybrid) sync(final bool) {
 			l = nil
 		}
 		d := e.demand.Swap(0)
-		widest := e.widest.Swap(0)
 		if d > 0 {
 			e.quiet = 0
 		} else {
@@ -726,10 +728,7 @@ func (h *Hybrid) sync(final bool) {
 		}
 		g := int64(0)
 		if !final && (d > 0 || e.quiet <= keepWarm) {
-			// A key asked for n > MaxLease in one request since the last
-			// sync gets a lease of n, so such requests keep being judged
-			// locally (n replaces MaxLease in the bound, see Hybrid).
-			g = max(min(int64(h.maxLease), max(1, 2*d)), widest)
+			g = min(int64(h.maxLease), max(1, 2*d))
 		}
 		if g == 0 && len(e.pending) == 0 {
 			if l == nil && e.quiet >= idleSyncs {

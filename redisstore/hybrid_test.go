@@ -279,6 +279,15 @@ func askEvery(h *Hybrid, keys []string, gap, span time.Duration) (admitted, tota
 	return a.Load(), total, time.Duration(w.Load())
 }
 
+func raiseTo(v *atomic.Int64, x int64) {
+	for {
+		old := v.Load()
+		if x <= old || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
+}
+
 // slowHybrid is a Hybrid behind proxy: SyncInterval 5 ms, Limit 1000 per
 // second (MaxLease 10), FailClosed.
 func slowHybrid(t *testing.T, proxy *redistest.Proxy, alg engine.Algorithm) *Hybrid {
@@ -642,5 +651,55 @@ func TestHybridRequestAboveMaxLease(t *testing.T) {
 				t.Fatalf("WaitN(k, 3): %v", err)
 			}
 		})
+	}
+}
+
+// TestHybridWideRequestNotBlockedByOwnLease (review of the fix above): a
+// request of n larger than the live lease was asked for retires that
+// lease first, so its unspent tokens go back in the same script run: on a
+// Limit-10 key with one request admitted, AllowN(k, 9) is admitted (it
+// never was while the node kept its own token reserved).
+func TestHybridWideRequestNotBlockedByOwnLease(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: alg,
+				Limit: 10, Window: time.Hour, Prefix: "wide:" + alg.String() + ":"}, MaxLease: 1, SyncInterval: 5 * time.Millisecond})
+			if !h.Allow("k") {
+				t.Fatal("first Allow denied")
+			}
+			time.Sleep(12 * time.Millisecond) // the sync renews a one-token lease
+			if d := h.AllowN("k", 9); !d.Allowed {
+				t.Fatalf("AllowN(k, 9) after 1 of 10: %+v; %+v", d, h.Stats())
+			}
+			if d := h.AllowN("k", 2); d.Allowed {
+				t.Fatalf("AllowN(k, 2) with 10 of 10 used: admitted; %+v", h.Stats())
+			}
+		})
+	}
+}
+
+// TestHybridGaveUpAfterFailedSend: a caller whose context has ended gets
+// its context's error and consumes nothing, also on a key whose last
+// lease request failed (where the policy decides for the others).
+func TestHybridGaveUpAfterFailedSend(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog,
+		Limit: 4, Window: time.Hour, OnFailure: FailLocal, Nodes: 1}, SyncInterval: time.Second})
+	srv.Kill()
+	if _, err := h.AllowNContext(context.Background(), "k", 1); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Redis down: err = %v, want ErrUnavailable", err)
+	}
+	before := h.s.localLimiter().Peek("k").Remaining
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		if _, err := h.AllowNContext(ctx, "k", 1); !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+			t.Fatalf("cancelled caller: err = %v, want context.Canceled only", err)
+		}
+	}
+	if after := h.s.localLimiter().Peek("k").Remaining; after != before {
+		t.Fatalf("FailLocal share went from %d to %d remaining for callers that gave up", before, after)
 	}
 }

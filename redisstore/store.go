@@ -339,6 +339,13 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 			return gaveUp
 		}
 		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
+	case gaveUp != nil && !late && !isTimeout(err) && !errors.Is(err, context.Canceled) && serverDown(err):
+		// The caller gave up, but the call failed for the server's own
+		// reason (refused, reset, LOADING): the breaker counts it; the
+		// caller still gets its context's error and consumes nothing.
+		s.errs.Add(1)
+		s.br.failure(now, probe)
+		return gaveUp
 	case gaveUp != nil || (!own && (expired || late)):
 		// The caller gave up, or its own deadline, shorter than Timeout,
 		// passed (or made the call late): not the server's fault.
