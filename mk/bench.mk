@@ -27,11 +27,11 @@ PROFILE_BENCH  ?= ^BenchmarkAllow$$/^counter$$/^keys=100k$$/^zipf$$
 
 # Single-goroutine benchmarks run at the default GOMAXPROCS; only the
 # RunParallel ones vary cores (-cpu), which would otherwise double the time.
-BENCH_SERIAL   := ^Benchmark(Allow|AllowN|AllowMany|Peek|NewKeys)$$
+# The engine suite with the memory floor (hash, probe, one CAS in a flat
+# heap table of the same keys) in the same rounds, so that RESULTS.md's
+# distance-to-floor ratios compare scenarios measured side by side.
+BENCH_SERIAL   := ^Benchmark(Allow|AllowN|AllowMany|Peek|NewKeys|Floor)$$/^(counter|log|heap)$$
 BENCH_PARALLEL := ^BenchmarkAllowParallel$$
-# The memory floor (hash, probe, one CAS in a flat heap table of the same
-# keys), which RESULTS.md sets beside every engine scenario.
-BENCH_FLOOR    := ^BenchmarkFloor$$/^heap$$
 PEERS_SERIAL   := ^Benchmark(Allow|AllowLimit|AllowN|Peek|NewKeys)$$
 
 # $(call bench-run,DIR,REGEX,FLAGS,OUT): run one benchmark invocation in DIR,
@@ -61,12 +61,11 @@ endef
 
 .PHONY: bench benchstat bench-baseline compare profile trace results bench-big bench-smoke
 
-## bench: the engine suite, -count=$(BENCH_COUNT), to out/bench/engine.txt.
+## bench: the engine suite and the floor in $(BENCH_COUNT) rounds, to out/bench/engine.txt.
 bench:
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/engine.txt
-	$(call bench-run,bench,$(BENCH_SERIAL),-count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
-	$(call bench-run,bench,$(BENCH_FLOOR),-count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
-	$(call bench-run,bench,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -count=$(BENCH_COUNT) -benchtime=$(BENCH_TIME),$(BENCH_DIR)/engine.txt)
+	$(call bench-rounds,bench,$(BENCH_SERIAL),-benchtime=$(BENCH_TIME),$(BENCH_COUNT),$(BENCH_DIR)/engine.txt)
+	$(call bench-rounds,bench,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -benchtime=$(BENCH_TIME),$(BENCH_COUNT),$(BENCH_DIR)/engine.txt)
 
 ## benchstat: run the engine suite and compare it with the committed baseline.
 benchstat: bench
