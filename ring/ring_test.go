@@ -19,14 +19,13 @@ func TestPackRoundTrip(t *testing.T) {
 
 // harness is one ring record plus the reference model: every recorded tick.
 type harness struct {
-	r          Ring
-	head, id   atomic.Uint64
-	slots      []atomic.Uint32
-	limit, wq  uint32
-	penalty    bool
-	recorded   []uint32 // model: recorded ticks, oldest first
-	last       uint32
-	hasEntries bool
+	r         Ring
+	head, id  atomic.Uint64
+	slots     []atomic.Uint32
+	limit, wq uint32
+	penalty   bool
+	recorded  []uint32 // model: recorded ticks, oldest first
+	last      uint32
 }
 
 func newHarness(limit, wq uint32, penalty bool, start uint32) *harness {
