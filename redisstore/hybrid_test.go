@@ -619,6 +619,19 @@ func TestWaitSurfacesBackendFault(t *testing.T) {
 	}
 }
 
+// oneTokenLeases is a Hybrid on srv whose leases hold one token
+// (MaxLease 1, SyncInterval 5 ms), with key "k" admitted once: its lease
+// is live and too small for any request of n > 1.
+func oneTokenLeases(t *testing.T, srv *redistest.Server, alg engine.Algorithm, limit int, prefix string) *Hybrid {
+	t.Helper()
+	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: alg,
+		Limit: limit, Window: time.Hour, Prefix: prefix + alg.String() + ":"}, MaxLease: 1, SyncInterval: 5 * time.Millisecond})
+	if !h.Allow("k") {
+		t.Fatal("first Allow denied")
+	}
+	return h
+}
+
 // TestHybridRequestAboveMaxLease (adversarial review of issue 10, finding
 // 1): with a live lease renewed at the key's usual size (MaxLease 1 here),
 // AllowN(k, n > MaxLease) was denied from that lease forever, though Redis
@@ -636,11 +649,7 @@ func TestHybridRequestAboveMaxLease(t *testing.T) {
 			// but partly spent is denied until the next sync, as one of 1
 			// is: MaxLease per SyncInterval, widened to n here, is the
 			// node's pace.)
-			h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: alg,
-				Limit: 100, Window: time.Hour, Prefix: "above:" + alg.String() + ":"}, MaxLease: 1, SyncInterval: 5 * time.Millisecond})
-			if !h.Allow("k") {
-				t.Fatal("first Allow denied")
-			}
+			h := oneTokenLeases(t, srv, alg, 100, "above:")
 			for i := range 10 {
 				time.Sleep(20 * time.Millisecond)
 				if d := h.AllowN("k", 3); !d.Allowed {
@@ -663,11 +672,7 @@ func TestHybridWideRequestNotBlockedByOwnLease(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, alg := range []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter} {
 		t.Run(alg.String(), func(t *testing.T) {
-			h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: alg,
-				Limit: 10, Window: time.Hour, Prefix: "wide:" + alg.String() + ":"}, MaxLease: 1, SyncInterval: 5 * time.Millisecond})
-			if !h.Allow("k") {
-				t.Fatal("first Allow denied")
-			}
+			h := oneTokenLeases(t, srv, alg, 10, "wide:")
 			time.Sleep(12 * time.Millisecond) // the sync renews a one-token lease
 			if d := h.AllowN("k", 9); !d.Allowed {
 				t.Fatalf("AllowN(k, 9) after 1 of 10: %+v; %+v", d, h.Stats())
