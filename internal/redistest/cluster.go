@@ -26,6 +26,13 @@ const clusterTimeout = 30 * time.Second
 // redis-server or redis-cli is missing.
 func StartCluster(tb testing.TB, n int) *Cluster {
 	tb.Helper()
+	return startCluster(tb, n, nil)
+}
+
+// startCluster is StartCluster with setup applied to each server before it
+// starts (nil: none).
+func startCluster(tb testing.TB, n int, setup func(*Server)) *Cluster {
+	tb.Helper()
 	cli := lookPath(tb, "redis-cli")
 	c := &Cluster{}
 	for range n {
@@ -33,12 +40,15 @@ func StartCluster(tb testing.TB, n int) *Cluster {
 		if err != nil {
 			tb.Fatalf("redistest: find a free port: %v", err)
 		}
-		c.Servers = append(c.Servers, start(tb, func(int) []string {
-			return []string{
+		c.Servers = append(c.Servers, startWith(tb, func(s *Server) {
+			s.extra = []string{
 				"--cluster-enabled", "yes",
 				"--cluster-config-file", "nodes.conf",
 				"--cluster-port", strconv.Itoa(bus),
 				"--cluster-node-timeout", "5000",
+			}
+			if setup != nil {
+				setup(s)
 			}
 		}))
 	}

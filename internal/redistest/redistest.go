@@ -23,6 +23,7 @@ type Server struct {
 	port  int
 	extra []string // more redis-server arguments (cluster mode, replicaof)
 	conf  string   // a config file that replaces the flags (sentinel mode)
+	env   []string // more environment for the process (the clock-skew library)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -165,6 +166,9 @@ func (s *Server) start() error {
 		args = []string{s.conf, "--sentinel"}
 	}
 	cmd := exec.Command(s.bin, args...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	var out strings.Builder
 	cmd.Stdout = &out
 	cmd.Stderr = &out

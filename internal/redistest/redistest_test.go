@@ -3,6 +3,7 @@ package redistest
 import (
 	"bufio"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +114,34 @@ func TestSentinel(t *testing.T) {
 	info, err := Do(st.Sentinel.Addr(), "INFO", "sentinel")
 	if err != nil || !strings.Contains(info, "name="+st.Name+",status=ok,address="+st.Master.Addr()) {
 		t.Fatalf("INFO sentinel: %v\n%s", err, info)
+	}
+}
+
+// TestSkewedServerClock: a server started by StartSkewed answers TIME in
+// its shifted clock, and Set moves the live server's clock.
+func TestSkewedServerClock(t *testing.T) {
+	s, clk := StartSkewed(t, 2*time.Hour)
+	serverTime := func() time.Time {
+		t.Helper()
+		r, err := Do(s.Addr(), "EVAL", "local t = redis.call('TIME') return t[1] * 1000000 + t[2]", "0")
+		if err != nil {
+			t.Fatalf("TIME: %v", err)
+		}
+		us, err := strconv.ParseInt(r, 10, 64)
+		if err != nil {
+			t.Fatalf("TIME %q: %v", r, err)
+		}
+		return time.UnixMicro(us)
+	}
+	// The tolerance is far below the offsets and far above any delay.
+	const tol = time.Minute
+	if d := serverTime().Sub(time.Now()); d < 2*time.Hour-tol || d > 2*time.Hour+tol {
+		t.Fatalf("server clock %v ahead, want about 2h", d)
+	}
+	if err := clk.Set(-3 * time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if d := serverTime().Sub(time.Now()); d < -3*time.Hour-tol || d > -3*time.Hour+tol {
+		t.Fatalf("after Set(-3h): server clock %v off, want about -3h", d)
 	}
 }
