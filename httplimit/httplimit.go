@@ -43,8 +43,13 @@ type Rule struct {
 	// them by: ignoring case, ";params", with backslashes as slashes,
 	// cleaned, and with or without a format suffix on the last segment
 	// ("/login" matches "/LOGIN", "/login;jsessionid=1", "/login.json",
-	// "/x/..;/login"). A rule therefore limits every spelling that some
-	// server routes to its prefix.
+	// "/x/..;/login"), with escapes decoded until none is left, cut at a
+	// NUL, and without trailing dots and whitespace on a segment
+	// ("/%256cogin", "/login%20", "/login..", "/login%00" too). A request
+	// whose X-Original-URL or X-Rewrite-URL path (headers some servers
+	// route by instead of the request line) matches also matches. A rule
+	// therefore limits every spelling that some server routes to its
+	// prefix.
 	PathPrefix string
 	// Tier, if set, must equal what Options.Tier returns for the request.
 	Tier string
@@ -514,7 +519,7 @@ func (mt *matcher) matches(ru *rule) bool {
 		if !mt.pathDone {
 			mt.path, mt.pathDone = routePath(mt.r.URL.Path), true
 		}
-		if !matchPath(mt.path, ru.prefix) {
+		if !matchPath(mt.path, ru.prefix) && !overrideMatches(mt.r, ru.prefix) {
 			return false
 		}
 	}

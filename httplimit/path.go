@@ -22,17 +22,33 @@ import (
 //   - path parameters: servlet containers (Tomcat, Jetty, Spring) drop
 //     ";jsessionid=1" and treat "..;" as ".." ("/login;x=1" is "/login");
 //   - backslashes: IIS and some frameworks read "\" as "/";
+//   - percent-encoding left after the server's one decoding: a proxy or
+//     framework that decodes again routes "/%256cogin" ("/%6cogin" once
+//     decoded) to "/login", so escapes are decoded repeatedly until none
+//     is left;
+//   - trailing dots and whitespace of a segment: IIS (Windows file names)
+//     and older Spring strip them ("/login.", "/login%20", "/login%09",
+//     "/login..", "/login%20.json" are "/login"); a segment that is "."
+//     or ".." once its trailing whitespace is gone stays a dot segment;
+//   - NUL: C-string handling anywhere behind the gateway ends the path at
+//     the first NUL ("/login%00.php" is "/login");
 //   - dot segments and doubled slashes (path.Clean);
 //   - a format suffix on the last segment: Rails routes "/login.json" to
-//     the /login action (matchPath tries the path with and without it).
+//     the /login action (matchPath tries the path with and without it);
+//   - a path override: IIS's URL Rewrite, Symfony and Laminas route by
+//     X-Original-URL or X-Rewrite-URL instead of the request line, so the
+//     path in those headers is matched too (see pathOverrideHeaders).
 //
 // Exemptions go the other way (see plainPath): only a path that every
 // server reads the same is ever exempt.
 
 // routePath returns p in the canonical form rule prefixes are compared in:
-// letters folded (see above), backslashes as slashes, ";params" dropped
-// from each segment, cleaned. It allocates only when p is not already
-// canonical (an ASCII path in lower case, clean, without ";" or "\\").
+// escapes decoded until none is left, cut at a NUL, letters folded (see
+// above), backslashes as slashes, ";params" dropped from each segment and
+// trailing dots and whitespace from each segment that is no dot segment,
+// cleaned. It allocates only when p is not already canonical (see
+// isRoutePath: in practice an ASCII path in lower case, clean, without
+// ";", "\\", "%", spaces, control characters or a segment ending in ".").
 func routePath(p string) string {
 	if p == "" {
 		return "/"
@@ -40,13 +56,22 @@ func routePath(p string) string {
 	if isRoutePath(p) {
 		return p
 	}
-	b := make([]byte, 0, len(p))
+	if strings.IndexByte(p, '%') >= 0 {
+		p = unescapeAll(p)
+	}
+	if i := strings.IndexByte(p, 0); i >= 0 {
+		p = p[:i]
+	}
+	b := make([]byte, 0, len(p)+1)
 	inParams := false
+	segStart := 0 // index in b of the current segment's first byte
 	for i := 0; i < len(p); {
 		c := p[i]
 		switch {
 		case c == '/' || c == '\\':
+			b = trimSegment(b, segStart)
 			b = append(b, '/')
+			segStart = len(b)
 			inParams = false
 		case inParams:
 		case c == ';':
@@ -67,6 +92,7 @@ func routePath(p string) string {
 		}
 		i++
 	}
+	b = trimSegment(b, segStart)
 	s := string(b)
 	if s == "" || s[0] != '/' {
 		s = "/" + s
@@ -74,11 +100,86 @@ func routePath(p string) string {
 	return path.Clean(s)
 }
 
+// trimSegment strips the trailing whitespace of the segment b[start:],
+// then, unless what is left is "." or "..", its trailing dots and
+// whitespace, the way IIS and older Spring read a segment: ".. " is "..",
+// "login. ." is "login".
+func trimSegment(b []byte, start int) []byte {
+	end := len(b)
+	for end > start && isPathSpace(b[end-1]) {
+		end--
+	}
+	if seg := b[start:end]; string(seg) == "." || string(seg) == ".." {
+		return b[:end]
+	}
+	for end > start && (b[end-1] == '.' || isPathSpace(b[end-1])) {
+		end--
+	}
+	return b[:end]
+}
+
+// isPathSpace reports whether c is whitespace a server strips from the end
+// of a segment: space, tab, LF, VT, FF, CR.
+func isPathSpace(c byte) bool { return c == ' ' || '\t' <= c && c <= '\r' }
+
+// unescapeAll decodes the %XX escapes of p until none is left; a "%" not
+// followed by two hex digits is kept. Each round shortens p, so it ends.
+func unescapeAll(p string) string {
+	for {
+		q, changed := unescapeOnce(p)
+		if !changed {
+			return p
+		}
+		p = q
+	}
+}
+
+func unescapeOnce(p string) (string, bool) {
+	i := strings.IndexByte(p, '%')
+	for i >= 0 && !(i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2])) {
+		j := strings.IndexByte(p[i+1:], '%')
+		if j < 0 {
+			return p, false
+		}
+		i += 1 + j
+	}
+	if i < 0 {
+		return p, false
+	}
+	b := make([]byte, 0, len(p))
+	b = append(b, p[:i]...)
+	for ; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			b = append(b, unhex(p[i+1])<<4|unhex(p[i+2]))
+			i += 2
+			continue
+		}
+		b = append(b, p[i])
+	}
+	return string(b), true
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
 // isRoutePath reports whether routePath(p) == p without building it: p
-// starts with "/", has no upper-case letter, non-ASCII byte, backslash,
-// semicolon, empty segment, dot segment or trailing slash (except "/"
-// itself). It may say false for a canonical non-ASCII path; routePath
-// then rebuilds it, equal.
+// starts with "/", has only printable ASCII other than upper-case letters,
+// "\\", ";" and "%" (so no space or control character either), no empty
+// segment, dot segment, segment ending in "." or trailing slash (except
+// "/" itself). It may say false for a canonical path (non-ASCII, or with
+// a space inside a segment or a lone "%"); routePath then rebuilds it,
+// equal.
 func isRoutePath(p string) bool {
 	if p == "/" {
 		return true
@@ -90,15 +191,14 @@ func isRoutePath(p string) bool {
 	for i := 1; i <= len(p); i++ {
 		if i < len(p) {
 			c := p[i]
-			if c == '\\' || c == ';' || 'A' <= c && c <= 'Z' || c >= utf8.RuneSelf {
+			if c <= ' ' || c >= 0x7f || c == '\\' || c == ';' || c == '%' || 'A' <= c && c <= 'Z' {
 				return false
 			}
 			if c != '/' {
 				continue
 			}
 		}
-		switch p[segStart:i] {
-		case "", ".", "..":
+		if i == segStart || p[i-1] == '.' { // empty, ".", ".." or "x."
 			return false
 		}
 		segStart = i + 1
@@ -107,9 +207,10 @@ func isRoutePath(p string) bool {
 }
 
 // withoutFormat returns p (canonical) without the format suffix of its
-// last segment ("/login.json" -> "/login"), and whether it had one. A
-// leading dot ("/.well-known") is a name, not a suffix, and the result is
-// always canonical.
+// last segment ("/login.json" -> "/login"), and whether it had one. The
+// stem loses its trailing dots and whitespace, as any segment does
+// ("/login%20.json" -> "/login"). A leading dot ("/.well-known") is a
+// name, not a suffix, and the result is always canonical.
 func withoutFormat(p string) (string, bool) {
 	slash := strings.LastIndexByte(p, '/')
 	dot := strings.LastIndexByte(p, '.')
@@ -119,7 +220,14 @@ func withoutFormat(p string) (string, bool) {
 	if stem := p[slash+1 : dot]; stem == "." || stem == ".." {
 		return p, false // "/..json" is no route's format variant
 	}
-	return p[:dot], true
+	end := dot
+	for end > slash+1 && (p[end-1] == '.' || isPathSpace(p[end-1])) {
+		end--
+	}
+	if end == slash+1 {
+		return p, false // "/ .json": no stem left
+	}
+	return p[:end], true
 }
 
 // matchPath reports whether the canonical path p falls under the
@@ -134,6 +242,45 @@ func matchPath(p, prefix string) bool {
 	return false
 }
 
+// pathOverrideHeaders are the headers some servers route by instead of
+// the request line's path (IIS URL Rewrite and ASP.NET set and read
+// X-Original-URL; Symfony and Laminas/Zend honour X-Original-URL and
+// X-Rewrite-URL from the client unless configured otherwise), canonical.
+var pathOverrideHeaders = [...]string{"X-Original-Url", "X-Rewrite-Url"}
+
+// overrideMatches reports whether the path in one of r's path-override
+// headers falls under the canonical prefix. Without such a header it
+// costs two map lookups and allocates nothing.
+func overrideMatches(r *http.Request, prefix string) bool {
+	for _, h := range pathOverrideHeaders {
+		for _, v := range r.Header[h] {
+			if matchPath(routePath(overridePath(v)), prefix) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// overridePath returns the path of a path-override header's value: a
+// request target ("/login?next=/"), possibly absolute-form
+// ("http://host/login"). The path is left escaped; routePath decodes it.
+func overridePath(v string) string {
+	v = strings.TrimSpace(v)
+	if i := strings.IndexAny(v, "?#"); i >= 0 {
+		v = v[:i]
+	}
+	if i := strings.Index(v, "://"); i > 0 && !strings.HasPrefix(v, "/") {
+		rest := v[i+3:]
+		j := strings.IndexByte(rest, '/')
+		if j < 0 {
+			return "/"
+		}
+		return rest[j:]
+	}
+	return v
+}
+
 // pathHasPrefix reports whether prefix is a whole-segment prefix of p; both
 // are clean paths.
 func pathHasPrefix(p, prefix string) bool {
@@ -145,9 +292,11 @@ func pathHasPrefix(p, prefix string) bool {
 
 // plainPath reports whether p (a decoded URL path) reads the same to every
 // server, so that an exemption by prefix cannot be stepped around: only
-// [A-Za-z0-9._~-] in non-empty segments, no "." or ".." segment, and no
-// percent-encoding in the request (rawPath empty). "/healthz/..;/admin"
-// (a servlet container's "..") and "/healthz/..\admin" are not plain.
+// [A-Za-z0-9._~-] in non-empty segments, no "." or ".." segment, no
+// segment ending in "." (IIS strips it: "/healthz/..." may be read as
+// "/healthz/"), and no percent-encoding in the request (rawPath empty).
+// "/healthz/..;/admin" (a servlet container's "..") and
+// "/healthz/..\admin" are not plain.
 func plainPath(p, rawPath string) bool {
 	if rawPath != "" || len(p) == 0 || p[0] != '/' {
 		return false
@@ -166,12 +315,11 @@ func plainPath(p, rawPath string) bool {
 				continue
 			}
 		}
-		switch p[segStart:i] {
-		case "", ".", "..":
+		if i == segStart {
 			// An empty last segment is a trailing slash: plain.
-			if i == len(p) && segStart == i {
-				return true
-			}
+			return i == len(p)
+		}
+		if p[i-1] == '.' { // ".", ".." or "x."
 			return false
 		}
 		segStart = i + 1

@@ -13,7 +13,6 @@ import (
 	"net/http/httputil"
 	"net/textproto"
 	"net/url"
-	"path"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,50 +127,6 @@ func TestB2ExemptOnlyPlainPaths(t *testing.T) {
 	if p := policyOf(mm.Handler(okHandler), "head", "/"); p == "" {
 		t.Error(`method "head" exempt by "HEAD": an upstream reading methods case-sensitively routes it elsewhere`)
 	}
-}
-
-func TestRoutePathTable(t *testing.T) {
-	for in, want := range map[string]string{
-		"": "/", "/": "/", "/a/b": "/a/b", "/A/B/": "/a/b", `\a\b`: "/a/b", "/a;x=1/b;y": "/a/b",
-		"/a/..;/b": "/b", "a": "/a", "/a/./b//c": "/a/b/c", "/..": "/",
-	} {
-		if got := routePath(in); got != want {
-			t.Errorf("routePath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-// FuzzRoutePath: routePath never panics, is idempotent, returns a clean
-// path (an ASCII one that isRoutePath accepts), and a plain path keeps its
-// segments (only the case folds).
-func FuzzRoutePath(f *testing.F) {
-	for _, s := range []string{"/", "/login", "/a/..;/b", `\x\..\y`, "/A;b/C.json", "//", "/.", "/..;", ";", "/%2e", "/logın", "/ſ\xff", "/ǅ/ẞ/İ"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, p string) {
-		c := routePath(p)
-		if routePath(c) != c || path.Clean(c) != c {
-			t.Fatalf("routePath(%q) = %q, not canonical", p, c)
-		}
-		if ascii(c) && !isRoutePath(c) {
-			t.Fatalf("routePath(%q) = %q, which isRoutePath rejects", p, c)
-		}
-		if plainPath(p, "") && strings.Trim(p, "/") != "" && strings.TrimSuffix(strings.ToLower(p), "/") != c {
-			t.Fatalf("plain %q became %q", p, c)
-		}
-		if q, ok := withoutFormat(c); ok && (path.Clean(q) != q || ascii(q) && !isRoutePath(q)) {
-			t.Fatalf("withoutFormat(%q) = %q, not canonical", c, q)
-		}
-	})
-}
-
-func ascii(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
 
 // TestW3EffectiveWindowHoldsNoMoreThanR: draft-11 section 4.1.2 defines t

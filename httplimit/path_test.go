@@ -1,0 +1,156 @@
+package httplimit
+
+import (
+	"net/http/httptest"
+	"path"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRoutePathTable(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "/", "/": "/", "/a/b": "/a/b", "/A/B/": "/a/b", `\a\b`: "/a/b", "/a;x=1/b;y": "/a/b",
+		"/a/..;/b": "/b", "a": "/a", "/a/./b//c": "/a/b/c", "/..": "/",
+		// Trailing dots and whitespace per segment; a dot segment survives.
+		"/login ": "/login", "/login\t": "/login", "/login..": "/login", "/login. .": "/login",
+		"/a./b ": "/a/b", "/x/.. /login": "/login", "/x/... /y": "/x/y", "/a b": "/a b",
+		// NUL ends the path; escapes are decoded until none is left.
+		"/login\x00.php": "/login", "/%6cogin": "/login", "/%256cogin": "/login", "/%25252e%25252e/x": "/x",
+		"/100%": "/100%", "/a%2": "/a%2", "/%zz": "/%zz", "/%2F%2e%2E%2flogin": "/login",
+	} {
+		if got := routePath(in); got != want {
+			t.Errorf("routePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestPathSpellingsServersStripFallUnderTheRule: with the login quota
+// spent, each spelling that IIS or older Spring routes to /login (trailing
+// whitespace or dots, a NUL, an escape left for a second decoding) was
+// admitted and passed on; each must be refused by the login rule.
+func TestPathSpellingsServersStripFallUnderTheRule(t *testing.T) {
+	m := mustNew(t, Options{Rules: []Rule{
+		{Name: "login", Method: "POST", PathPrefix: "/login", Engine: logConfig(1, time.Minute, newClock())},
+	}})
+	h := m.Handler(okHandler)
+	if rec := serveRec(h, "POST", "/login", "", nil); rec.Code != 200 {
+		t.Fatalf("first login: %d, want 200", rec.Code)
+	}
+	for _, target := range []string{
+		"/login%20", "/login%09", "/login%00", "/login..", "/login%20.json", "/%256cogin",
+		"/login.", "/LOGIN%20%20", "/login%0d%0a", "/login%2520", "/x/..%20/login", "/login%00/../other",
+		"/login%2e", "/login%252e%252e",
+	} {
+		if rec := serveRec(h, "POST", target, "", nil); rec.Code != 429 {
+			t.Errorf("POST %s after the quota was spent: %d, want 429 (policy %q)", target, rec.Code, rec.Header().Get("RateLimit-Policy"))
+		}
+	}
+	for _, target := range []string{"/logi%20n", "/loginx%20", "/%20login", "/log/in"} {
+		if p := policyOf(h, "POST", target); p != "" {
+			t.Errorf("POST %s matched %q, want no rule", target, p)
+		}
+	}
+}
+
+// TestPathOverrideHeadersFallUnderTheRule: servers that route by
+// X-Original-URL or X-Rewrite-URL (IIS URL Rewrite, Symfony, Laminas) ran
+// "POST /other" with "X-Original-URL: /login" as a login; such a request
+// must count against the login rule.
+func TestPathOverrideHeadersFallUnderTheRule(t *testing.T) {
+	m := mustNew(t, Options{Rules: []Rule{
+		{Name: "login", Method: "POST", PathPrefix: "/login", Engine: logConfig(1, time.Minute, newClock())},
+	}})
+	h := m.Handler(okHandler)
+	if rec := serveRec(h, "POST", "/other", "", map[string]string{"X-Original-URL": "/login"}); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") == "" {
+		t.Fatalf("POST /other with X-Original-URL /login: %d, policy %q; want 200 under the login rule", rec.Code, rec.Header().Get("RateLimit-Policy"))
+	}
+	for _, hdr := range []map[string]string{
+		{"X-Original-URL": "/login"},
+		{"X-Rewrite-URL": "/LOGIN?next=/"},
+		{"X-Original-URL": "http://internal/login%20"},
+		{"X-Rewrite-URL": "login.json"},
+		{"X-Original-URL": "/%256cogin#x"},
+	} {
+		if rec := serveRec(h, "POST", "/other", "", hdr); rec.Code != 429 {
+			t.Errorf("POST /other with %v: %d, want 429", hdr, rec.Code)
+		}
+	}
+	if rec := serveRec(h, "POST", "/login", "", nil); rec.Code != 429 {
+		t.Errorf("POST /login after overrides spent the quota: %d, want 429", rec.Code)
+	}
+	if p := policyOf(h, "POST", "/other"); p != "" {
+		t.Errorf("POST /other without an override matched %q", p)
+	}
+	if rec := serveRec(h, "POST", "/other", "", map[string]string{"X-Original-URL": "/elsewhere"}); rec.Header().Get("RateLimit-Policy") != "" {
+		t.Error("an override naming another path matched the login rule")
+	}
+}
+
+// TestCanonicalPathsMatchWithoutAllocating: the folding costs nothing for
+// a path already in canonical form, and a request without override
+// headers only looks them up.
+func TestCanonicalPathsMatchWithoutAllocating(t *testing.T) {
+	req := httptest.NewRequest("POST", "/api/v1/users.json", nil)
+	var sink bool
+	allocs := testing.AllocsPerRun(100, func() {
+		p := routePath(req.URL.Path)
+		sink = matchPath(p, "/api/v1/users") || overrideMatches(req, "/login")
+	})
+	if !sink {
+		t.Fatal("/api/v1/users.json did not match /api/v1/users")
+	}
+	if allocs != 0 {
+		t.Errorf("matching a canonical path allocates %v times, want 0", allocs)
+	}
+}
+
+// FuzzRoutePath: routePath never panics, is idempotent, returns a clean
+// path (one of printable ASCII without "%" or space that isRoutePath
+// accepts) with no escape, NUL or segment ending in a dot or whitespace
+// left, and a plain path keeps its segments (only the case folds).
+func FuzzRoutePath(f *testing.F) {
+	for _, s := range []string{
+		"/", "/login", "/a/..;/b", `\x\..\y`, "/A;b/C.json", "//", "/.", "/..;", ";", "/%2e", "/logın", "/ſ\xff", "/ǅ/ẞ/İ",
+		"/login ", "/login\x00x", "/%256cogin", "/%%32%65", "/x/.. /y", "/a.%20.", "/%", "/%2",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		c := routePath(p)
+		if routePath(c) != c || path.Clean(c) != c {
+			t.Fatalf("routePath(%q) = %q, not canonical", p, c)
+		}
+		if common(c) && !isRoutePath(c) {
+			t.Fatalf("routePath(%q) = %q, which isRoutePath rejects", p, c)
+		}
+		if strings.IndexByte(c, 0) >= 0 {
+			t.Fatalf("routePath(%q) = %q keeps a NUL", p, c)
+		}
+		if u, changed := unescapeOnce(c); changed {
+			t.Fatalf("routePath(%q) = %q still decodes to %q", p, c, u)
+		}
+		for _, seg := range strings.Split(c, "/") {
+			if seg != "" && seg != "." && seg != ".." && (seg[len(seg)-1] == '.' || isPathSpace(seg[len(seg)-1])) {
+				t.Fatalf("routePath(%q) = %q keeps segment %q", p, c, seg)
+			}
+		}
+		if plainPath(p, "") && strings.Trim(p, "/") != "" && strings.TrimSuffix(strings.ToLower(p), "/") != c {
+			t.Fatalf("plain %q became %q", p, c)
+		}
+		if q, ok := withoutFormat(c); ok && (path.Clean(q) != q || common(q) && !isRoutePath(q)) {
+			t.Fatalf("withoutFormat(%q) = %q, not canonical", c, q)
+		}
+	})
+}
+
+// common reports whether s is printable ASCII without "%" and space: the
+// paths isRoutePath recognizes as canonical without rebuilding them.
+func common(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f || s[i] == '%' {
+			return false
+		}
+	}
+	return true
+}
