@@ -56,10 +56,30 @@
 // stops reading the response is cut after client_send_timeout_ms (60 s
 // between two writes). Request headers named with "_" (a CGI or WSGI
 // upstream reads X_Real_IP as X-Real-IP) or with characters other than
-// letters, digits and "-" are dropped. Forwarding headers (X-Forwarded-For, -Proto,
-// -Host, Forwarded, X-Real-IP) are passed on only from trusted_proxies,
-// with this hop appended; from any other peer they are replaced by what
-// the gateway saw. IPv6 zones never go out.
+// letters, digits and "-" are dropped. A request whose path holds a
+// control character or NUL once decoded (%00, %09, %0d%0a, %7f) gets 400:
+// servers cut or strip the path there and would route it where no rule
+// looked.
+//
+// Forwarding claims are passed on only from trusted_proxies (X-Forwarded-For
+// and Forwarded with this hop appended); from any other peer every one of
+// them is dropped, also when spelled with "_" for "-", and the gateway
+// sets X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and Forwarded
+// to what it saw. The headers dropped: client address: X-Forwarded-For,
+// Forwarded, X-Real-IP, Forwarded-For, X-Forwarded,
+// X-Original-Forwarded-For, True-Client-IP, X-Client-IP, Client-IP,
+// X-Cluster-Client-IP, CF-Connecting-IP, CF-Connecting-IPv6,
+// Fastly-Client-IP, X-Originating-IP, X-Remote-IP, X-Remote-Addr,
+// X-ProxyUser-Ip, X-Envoy-External-Address, X-AppEngine-User-IP,
+// X-Azure-ClientIP, X-Azure-SocketIP; scheme, host, port, prefix and the
+// proxy: X-Forwarded-Proto, X-Forwarded-Host, X-Forwarded-Port,
+// X-Forwarded-Prefix, X-Forwarded-Server, X-Forwarded-Ssl,
+// X-Forwarded-Scheme, X-Forwarded-Protocol, X-Forwarded-Uri,
+// X-Forwarded-Path, X-Forwarded-By, X-Forwarded-Client-Cert,
+// X-Original-Host, X-Host, X-Url-Scheme, X-Scheme, Front-End-Https,
+// X-ARR-SSL, CF-Visitor; path overrides: X-Original-URL, X-Rewrite-URL
+// (the rate-limit rules match their path too, so from a trusted proxy
+// they count). IPv6 zones never go out.
 //
 // Observability: with -pprof, the loopback admin listener serves package
 // pprof's endpoints and Prometheus /metrics (per-rule decisions by

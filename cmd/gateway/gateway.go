@@ -372,6 +372,13 @@ func (g *gateway) close() {
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if hasControl(r.URL.Path) {
+		// A NUL or control character (%00, %09, %0d%0a once decoded) is
+		// in no route; servers cut the path at it or strip it, and so
+		// would route it where no rule looked.
+		http.Error(w, "400 bad request: control character in the path", http.StatusBadRequest)
+		return
+	}
 	done := g.inflight.add(r)
 	defer done()
 	gen := g.acquire()
@@ -389,6 +396,17 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g.log.Info("access", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "status", code,
 		"bytes", sw.bytes, "duration", time.Since(start).String())
+}
+
+// hasControl reports whether p holds an ASCII control character (NUL
+// included) or DEL.
+func hasControl(p string) bool {
+	for i := 0; i < len(p); i++ {
+		if p[i] < ' ' || p[i] == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // statusWriter records the status and body size for the access log.

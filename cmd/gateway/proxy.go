@@ -490,14 +490,57 @@ func dropInvalidHeaders(h http.Header, underscores bool) {
 	}
 }
 
+// forwardingClaims are the request headers by which a proxy tells its
+// upstream who the client is, how it connected, or what it asked for
+// before a rewrite: client-IP headers, the X-Forwarded-* family and its
+// vendors' variants, and path overrides. Frameworks believe them (Rack
+// reads X-Forwarded-Ssl and -Port, Spring -Port and -Prefix, Symfony
+// X-Original-URL, many apps True-Client-IP or X-Client-IP for the client
+// address), so from a peer outside trusted_proxies every one is dropped;
+// the gateway then sets X-Forwarded-For, -Proto, -Host and Forwarded to
+// what it saw. Canonical names; listed in the package doc.
+var forwardingClaims = map[string]bool{
+	// Client address.
+	"X-Forwarded-For": true, "Forwarded": true, "X-Real-Ip": true, "Forwarded-For": true, "X-Forwarded": true,
+	"X-Original-Forwarded-For": true, "True-Client-Ip": true, "X-Client-Ip": true, "Client-Ip": true,
+	"X-Cluster-Client-Ip": true, "Cf-Connecting-Ip": true, "Cf-Connecting-Ipv6": true, "Fastly-Client-Ip": true,
+	"X-Originating-Ip": true, "X-Remote-Ip": true, "X-Remote-Addr": true, "X-Proxyuser-Ip": true,
+	"X-Envoy-External-Address": true, "X-Appengine-User-Ip": true, "X-Azure-Clientip": true, "X-Azure-Socketip": true,
+	// Scheme, host, port, prefix, the proxy itself, the client's certificate.
+	"X-Forwarded-Proto": true, "X-Forwarded-Host": true, "X-Forwarded-Port": true, "X-Forwarded-Prefix": true,
+	"X-Forwarded-Server": true, "X-Forwarded-Ssl": true, "X-Forwarded-Scheme": true, "X-Forwarded-Protocol": true,
+	"X-Forwarded-Uri": true, "X-Forwarded-Path": true, "X-Forwarded-By": true, "X-Forwarded-Client-Cert": true,
+	"X-Original-Host": true, "X-Host": true, "X-Url-Scheme": true, "X-Scheme": true, "Front-End-Https": true,
+	"X-Arr-Ssl": true, "Cf-Visitor": true,
+	// Path overrides (IIS URL Rewrite, Symfony, Laminas route by them).
+	"X-Original-Url": true, "X-Rewrite-Url": true,
+}
+
+// dropForwardingClaims deletes every header of h that forwardingClaims
+// names, also when spelled with "_" for "-" (kept only with
+// underscores_in_headers, and read as the "-" name by CGI, WSGI and Rack).
+func dropForwardingClaims(h http.Header) {
+	for k := range h {
+		n := k
+		if strings.IndexByte(k, '_') >= 0 {
+			n = http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))
+		}
+		if forwardingClaims[n] {
+			delete(h, k)
+		}
+	}
+}
+
 // forwardHeaders sets out's forwarding headers. A peer inside trusted is a
 // proxy whose X-Forwarded-*, Forwarded and X-Real-IP are passed on (this
 // hop is appended to X-Forwarded-For and Forwarded; its proto and host
-// claims are kept); any other peer is a client whose claims are dropped,
-// so the upstream sees only what this gateway observed.
+// claims are kept), and so are its other forwardingClaims; any other peer
+// is a client whose claims are all dropped, so the upstream sees only
+// what this gateway observed.
 //
 // ReverseProxy (Rewrite mode) has already removed Forwarded and
-// X-Forwarded-* from out; X-Real-IP it leaves, so it is removed here.
+// X-Forwarded-For, -Host and -Proto from out; X-Real-IP it leaves, so it
+// is removed here.
 func forwardHeaders(out, in *http.Request, trusted []netip.Prefix) {
 	peer := peerAddr(in.RemoteAddr)
 	proto := "http"
@@ -535,6 +578,7 @@ func forwardHeaders(out, in *http.Request, trusted []netip.Prefix) {
 		}
 		return
 	}
+	dropForwardingClaims(h)
 	if peer.IsValid() {
 		h.Set("X-Forwarded-For", peer.String())
 	} else {

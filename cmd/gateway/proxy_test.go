@@ -222,6 +222,65 @@ func TestForwardingHeaders(t *testing.T) {
 	})
 }
 
+// TestUntrustedForwardingClaimsNeverReachTheUpstream: forwarding headers
+// outside the five the gateway sets (X-Forwarded-Port, -Prefix, -Server,
+// -Ssl, True-Client-IP, X-Client-IP and the rest) reached the upstream as
+// the client sent them, and frameworks believe them (Rack reads
+// X-Forwarded-Ssl and -Port, Spring -Port and -Prefix). From an untrusted
+// client none passes, also spelled with "_" where underscores pass; from a
+// trusted proxy they pass as sent.
+func TestUntrustedForwardingClaimsNeverReachTheUpstream(t *testing.T) {
+	var got atomic.Pointer[http.Header]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		got.Store(&h)
+	}))
+	defer up.Close()
+	claims := []string{
+		"X-Forwarded-Port", "X-Forwarded-Prefix", "X-Forwarded-Server", "X-Forwarded-Ssl", "True-Client-IP",
+		"X-Client-IP", "X-Cluster-Client-IP", "CF-Connecting-IP", "Fastly-Client-IP", "X-Original-Forwarded-For",
+		"X-Forwarded-Scheme", "X-Forwarded-Proto", "X-Forwarded-Host", "X-Real-IP", "Forwarded", "Client-IP",
+		"X-Original-URL", "X-Rewrite-URL", "Front-End-Https", "X-Url-Scheme", "X-Forwarded-Client-Cert",
+	}
+	send := func(gw string) http.Header {
+		t.Helper()
+		req, _ := http.NewRequest("GET", gw+"/x", nil)
+		for _, k := range claims {
+			req.Header.Set(k, "claim")
+		}
+		req.Header["X_Forwarded_Port"] = []string{"claim"}
+		req.Header["True_Client_IP"] = []string{"claim"}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+		return *got.Load()
+	}
+	t.Run("untrusted client", func(t *testing.T) {
+		_, gw := newTestGateway(t, minimal+"proxy:\n  underscores_in_headers: true\n", up.URL)
+		for k, v := range send(gw.URL) {
+			for _, s := range v {
+				if strings.Contains(s, "claim") {
+					t.Errorf("%s: %q reached the upstream", k, s)
+				}
+			}
+		}
+	})
+	t.Run("trusted proxy", func(t *testing.T) {
+		_, gw := newTestGateway(t, minimal+"  trusted_proxies: [127.0.0.1]\n", up.URL)
+		h := send(gw.URL)
+		for _, k := range []string{"X-Forwarded-Port", "X-Forwarded-Prefix", "True-Client-IP", "X-Original-URL"} {
+			if v := h.Get(k); v != "claim" {
+				t.Errorf("%s from a trusted proxy: %q, want it passed on", k, v)
+			}
+		}
+	})
+}
+
 func TestForwardedNode(t *testing.T) {
 	for in, want := range map[string]string{
 		"192.0.2.1:80":       "192.0.2.1",
