@@ -1,0 +1,156 @@
+package grpclimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Metadata keys of the rate-limit fields (gRPC metadata keys are lower
+// case): draft-ietf-httpapi-ratelimit-headers-11's RateLimit-Policy and
+// RateLimit, and Retry-After on refusals.
+const (
+	MDPolicy     = "ratelimit-policy"
+	MDRateLimit  = "ratelimit"
+	MDRetryAfter = "retry-after"
+)
+
+// UnaryServerInterceptor limits unary calls. A decided call carries the
+// rate-limit metadata in its response header (grpc.SetHeader); a refused
+// one ends with codes.ResourceExhausted before the handler runs.
+func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		v := l.decide(ctx, info.FullMethod)
+		if v.headers {
+			// Fails only without a server stream in ctx (not a real
+			// call) or after the header went out (not yet, here).
+			_ = grpc.SetHeader(ctx, v.metadata())
+		}
+		if !v.pass {
+			return nil, v.err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamServerInterceptor limits stream opens: each stream takes Cost
+// units once, when it opens, whatever it carries afterwards. A refused
+// stream ends with codes.ResourceExhausted before the handler runs.
+func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		v := l.decide(ss.Context(), info.FullMethod)
+		if v.headers {
+			_ = ss.SetHeader(v.metadata())
+		}
+		if !v.pass {
+			return v.err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// UnaryClientInterceptor limits the calls this client makes: a refused
+// call fails locally with the same codes.ResourceExhausted status (and
+// details) a server would send, and is never sent. Its Key must not need a
+// peer (use Method, Constant or a KeyFunc of your own).
+func (l *Limiter) UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if v := l.decide(ctx, method); !v.pass {
+			return v.err
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// StreamClientInterceptor limits the streams this client opens, as
+// UnaryClientInterceptor limits calls.
+func (l *Limiter) StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if v := l.decide(ctx, method); !v.pass {
+			return nil, v.err
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+}
+
+// metadata renders the verdict's rate-limit fields.
+func (v *verdict) metadata() metadata.MD {
+	ru := v.ru
+	r := int64(0)
+	if v.d.Allowed {
+		r = int64(max(v.d.Remaining, 0))
+	}
+	var buf [96]byte
+	b := append(buf[:0], ru.rlPrefix...)
+	b = strconv.AppendInt(b, r, 10)
+	if v.t >= 0 {
+		b = append(b, ";t="...)
+		b = strconv.AppendInt(b, v.t, 10)
+	}
+	md := metadata.MD{MDPolicy: {ru.policy}, MDRateLimit: {string(b)}}
+	if !v.d.Allowed {
+		md[MDRetryAfter] = []string{strconv.FormatInt(retryAfterSeconds(v.d.RetryAfter), 10)}
+	}
+	return md
+}
+
+// retryAfterSeconds is the Retry-After value: the wait rounded up, at least
+// 1, so a client honouring it is never refused for retrying too early and
+// never t (rounded down) earlier.
+func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
+
+// retryDelay is RetryInfo's retry_delay: the backend's exact wait (exact
+// for SlidingLog), or 1 s where the backend gave none (a failure policy's
+// refusal), so that a client honouring it does not retry in a tight loop.
+func retryDelay(d time.Duration) time.Duration {
+	if d <= 0 {
+		return time.Second
+	}
+	return d
+}
+
+// deniedStatus is the refusal of a call: codes.ResourceExhausted with a
+// google.rpc.RetryInfo (when to retry) and a google.rpc.QuotaFailure (which
+// quota: the rule's name as subject and quota id).
+func deniedStatus(ru *rule, d engine.Decision) error {
+	wait := retryDelay(d.RetryAfter)
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit %q exceeded (%d per %s): retry in %s", ru.name, ru.limit, ru.window, wait))
+	ds, err := st.WithDetails(
+		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
+		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+			Subject:     "rule:" + ru.name,
+			Description: fmt.Sprintf("at most %d calls per %s", ru.limit, ru.window),
+			QuotaId:     ru.name,
+			QuotaValue:  int64(ru.limit),
+		}}},
+	)
+	if err != nil {
+		// Marshalling two well-formed messages does not fail; if it ever
+		// did, the code and message still say what happened.
+		return st.Err()
+	}
+	return ds.Err()
+}
+
+func keyErrorStatus(err error) error {
+	return status.Error(codes.InvalidArgument, "rate-limit key: "+err.Error())
+}
+
+func unavailableStatus(name string) error {
+	return status.Errorf(codes.Unavailable, "rate limit %q: backend unavailable", name)
+}
+
+// contextStatus is the status of a call whose context ended while its
+// backend decided: codes.Canceled or codes.DeadlineExceeded.
+func contextStatus(err error) error {
+	return status.FromContextError(err).Err()
+}
