@@ -54,11 +54,11 @@ const (
 type Outcome uint8
 
 const (
-	OutcomeAllowed  Outcome = iota // passed on
-	OutcomeDenied                  // refused with codes.ResourceExhausted
-	OutcomeKeyError                // key function failed; refused, or passed unlimited (FailOpen)
-	OutcomeCanceled                // the call's context ended while the backend decided
-	OutcomeBackendClosed           // backend failed; refused with codes.Unavailable (BackendFailClosed)
+	OutcomeAllowed       Outcome = iota // passed on
+	OutcomeDenied                       // refused with codes.ResourceExhausted
+	OutcomeKeyError                     // key function failed; refused, or passed unlimited (FailOpen)
+	OutcomeCanceled                     // the call's context ended while the backend decided
+	OutcomeBackendClosed                // backend failed; refused with codes.Unavailable (BackendFailClosed)
 )
 
 var outcomeNames = [...]string{"allowed", "denied", "key_error", "canceled", "backend_closed"}
@@ -265,11 +265,11 @@ func (l *Limiter) match(fullMethod string) *rule {
 
 // verdict is one call's decision.
 type verdict struct {
-	ru      *rule     // nil: no rule applies, pass unlimited
-	pass    bool      // pass the call on
-	err     error     // the status error to refuse with (pass false)
+	ru      *rule // nil: no rule applies, pass unlimited
+	pass    bool  // pass the call on
+	err     error // the status error to refuse with (pass false)
 	d       engine.Decision
-	headers bool // the decision is the policy's: send the rate-limit metadata
+	headers bool  // the decision is the policy's: send the rate-limit metadata
 	t       int64 // draft-11 t in seconds, -1 to leave it out
 }
 

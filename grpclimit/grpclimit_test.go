@@ -469,8 +469,10 @@ func (f *fakeBackend) AllowNContext(ctx context.Context, _ string, _ int) (engin
 	}
 	return f.d, f.err
 }
-func (f *fakeBackend) PeekContext(context.Context, string) (engine.Decision, error) { return f.d, f.err }
-func (f *fakeBackend) ResetContext(context.Context, string) error                  { return f.err }
+func (f *fakeBackend) PeekContext(context.Context, string) (engine.Decision, error) {
+	return f.d, f.err
+}
+func (f *fakeBackend) ResetContext(context.Context, string) error { return f.err }
 
 func TestBackendFailurePolicies(t *testing.T) {
 	down := errors.New("redis: connection refused")
