@@ -193,8 +193,10 @@ func TestClientRetryAfterRetryInfoDelaySucceeds(t *testing.T) {
 	}
 	ri, _ := details(t, err)
 	delay := ri.GetRetryDelay().AsDuration()
-	if delay <= 0 || delay > window {
-		t.Fatalf("retry_delay %s, want in (0, %s]", delay, window)
+	// At most about one window (the engine's own clock readings may add
+	// a tick or two beyond it): never the 1 s floor of a policy refusal.
+	if delay <= 0 || delay > 2*window {
+		t.Fatalf("retry_delay %s, want in (0, about %s]", delay, window)
 	}
 	time.Sleep(delay)
 	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
