@@ -19,11 +19,16 @@
 //   - A refused call ends with codes.ResourceExhausted before the handler
 //     runs, with two details a client can read with status.Details:
 //     google.rpc.RetryInfo, whose retry_delay is the wait until a retry can
-//     pass (the backend's RetryAfter: exact for SlidingLog; 1 s where a
-//     backend's failure policy refused without one), and
+//     pass (the backend's RetryAfter, exact for SlidingLog, plus
+//     engine.ClockRefresh for the lag of the engine's cached clock, rounded
+//     up to the millisecond; 1 s where a backend's failure policy refused
+//     without one), and
 //     google.rpc.QuotaFailure, one violation naming the rule (subject
 //     "rule:NAME", quota_id NAME, quota_value Limit). A client that waits
-//     retry_delay is not refused for retrying too early.
+//     retry_delay is not refused for retrying too early (with the engine's
+//     default clock: unless a saturated scheduler delays the clock's
+//     refresh by more than its interval; the retry then gets the few ms
+//     left as its new retry_delay).
 //   - Every call a rule decided carries draft-ietf-httpapi-ratelimit-headers-11
 //     fields in its response header metadata, as package httplimit sends
 //     them over HTTP: ratelimit-policy ("api";q=100;w=60, w in seconds

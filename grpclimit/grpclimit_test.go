@@ -156,9 +156,10 @@ func TestDeniedCallCarriesRetryInfoQuotaFailureAndMetadata(t *testing.T) {
 	}
 	ri, qf := details(t, err)
 	// The window is closed ([t-Window, t]): the first call leaves it one
-	// tick (1 µs) after Window has passed.
-	if got := ri.GetRetryDelay().AsDuration(); got != 58500*time.Millisecond+time.Microsecond {
-		t.Errorf("RetryInfo.retry_delay %s, want 58.500001s (exact for SlidingLog)", got)
+	// tick (1 µs) after Window has passed, 58.500001 s from now; plus the
+	// engine clock's refresh interval, rounded up to the millisecond.
+	if got := ri.GetRetryDelay().AsDuration(); got != 58501*time.Millisecond {
+		t.Errorf("RetryInfo.retry_delay %s, want 58.501s", got)
 	}
 	if v := qf.GetViolations(); len(v) != 1 || v[0].GetQuotaId() != "api" || v[0].GetQuotaValue() != 2 || v[0].GetSubject() != "rule:api" {
 		t.Errorf("QuotaFailure %v, want one violation of quota api, value 2", qf)
@@ -175,11 +176,14 @@ func TestDeniedCallCarriesRetryInfoQuotaFailureAndMetadata(t *testing.T) {
 }
 
 // A client that honours RetryInfo succeeds on its retry: the delay is the
-// wait until the window has room again, on a real clock.
+// wait until the window has room again, on a real clock. retry_delay's
+// margin covers the lag of the engine's default (cached) clock except
+// under a saturated scheduler (a few ms more), so this test's engine reads
+// the clock directly: the guarantee it checks must hold on a busy machine.
 func TestClientRetryAfterRetryInfoDelaySucceeds(t *testing.T) {
 	const window = 300 * time.Millisecond
 	l := newLimiter(t, grpclimit.Options{Default: &grpclimit.Rule{
-		Name: "api", Limiter: newEngine(t, 1, window, nil), Limit: 1, Window: window,
+		Name: "api", Limiter: newEngine(t, 1, window, engine.MonotonicClock()), Limit: 1, Window: window,
 	}})
 	_, conn := serve(t, serverOpts(l))
 	c := healthpb.NewHealthClient(conn)
@@ -439,8 +443,8 @@ func TestClientInterceptorRefusesLocallyWithDetails(t *testing.T) {
 		t.Fatalf("second call: %v, want ResourceExhausted", err)
 	}
 	ri, _ := details(t, err)
-	if ri.GetRetryDelay().AsDuration() != time.Minute+time.Microsecond {
-		t.Errorf("retry_delay %s, want 1m0.000001s", ri.GetRetryDelay().AsDuration())
+	if ri.GetRetryDelay().AsDuration() != time.Minute+time.Millisecond {
+		t.Errorf("retry_delay %s, want 1m0.001s", ri.GetRetryDelay().AsDuration())
 	}
 	if _, err := c.Watch(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("first stream (its own method, its own budget): %v", err)
@@ -549,7 +553,7 @@ func TestGoGRPCMiddlewareAdapterLimitsAndSetsMetadata(t *testing.T) {
 		t.Errorf("ratelimit-policy %q through the adapter", got)
 	}
 	_, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{})
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry in 1m0.000001s") {
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "retry in 1m0.001s") {
 		t.Errorf("second call: %v, want ResourceExhausted saying when to retry", err)
 	}
 }

@@ -108,14 +108,23 @@ func (v *verdict) metadata() metadata.MD {
 // never t (rounded down) earlier.
 func retryAfterSeconds(d time.Duration) int64 { return max(ceilSeconds(d), 1) }
 
-// retryDelay is RetryInfo's retry_delay: the backend's exact wait (exact
-// for SlidingLog), or 1 s where the backend gave none (a failure policy's
-// refusal), so that a client honouring it does not retry in a tight loop.
+// retryDelay is RetryInfo's retry_delay: the backend's wait (exact for
+// SlidingLog) plus engine.ClockRefresh, rounded up to the millisecond, or
+// 1 s where the backend gave none (a failure policy's refusal), so that a
+// client honouring it does not retry in a tight loop.
+//
+// Why the margin: the in-memory engine's default clock is a cached reading
+// that lags the true time by up to ClockRefresh (plus the refresh
+// goroutine's scheduling delay under a saturated scheduler). A wait
+// computed on a fresh reading and a retry judged on a stale one would
+// refuse a client that waited exactly the wait. Over the network (Redis's
+// clock, a remote client) the round trip adds to the client's wait anyway.
 func retryDelay(d time.Duration) time.Duration {
 	if d <= 0 {
 		return time.Second
 	}
-	return d
+	d += engine.ClockRefresh
+	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
 
 // deniedStatus is the refusal of a call: codes.ResourceExhausted with a
