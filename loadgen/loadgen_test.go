@@ -197,8 +197,17 @@ func TestHTMLReportIsSelfContainedAndWellFormed(t *testing.T) {
 	if svgs != 2 {
 		t.Errorf("report has %d charts, want 2", svgs)
 	}
-	if !strings.Contains(html, "latency p99") {
-		t.Error("report has no verdict table")
+	if !strings.Contains(html, "latency p99") || !strings.Contains(html, "limiter service time p99") {
+		t.Error("report has no verdict table, or the table lacks the limiter's service time")
+	}
+	// The verdict comes first: its banner precedes the table, the health
+	// table and the charts.
+	banner := strings.Index(html, `<div class="verdict `+strings.ToLower(string(r.Outcome))+`">`)
+	if banner < 0 || banner > strings.Index(html, "<table") || banner > strings.Index(html, "<svg") {
+		t.Errorf("the verdict banner (%s) is not the first thing in the report", r.Outcome)
+	}
+	if !strings.Contains(html, "Go scheduler latency p99") {
+		t.Error("report has no machine health table")
 	}
 }
 

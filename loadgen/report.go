@@ -21,25 +21,71 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	return nil
 }
 
-// WriteHTML writes a self-contained report: the verdict, the figures, and
-// two inline SVG charts (latency over time, the percentile curve). It
-// loads nothing from anywhere, so it opens from disk in any browser. The
-// markup is also well-formed XML.
+// WriteHTML writes a self-contained report: the verdict first (the
+// outcome, why, which figures to trust), the table of checks, the
+// machine's health, two inline SVG charts (latency over time, the
+// percentile curve) and the console figures. It loads nothing from
+// anywhere, so it opens from disk in any browser. The markup is also
+// well-formed XML.
 func (r *Result) WriteHTML(w io.Writer) error {
 	var verdict strings.Builder
 	if err := r.WriteVerdict(&verdict); err != nil {
 		return err
 	}
+	type row struct {
+		Check
+		Result, Class string
+	}
+	var rows []row
+	for _, c := range r.Verdict {
+		res := c.result(r.Health.Starved)
+		rows = append(rows, row{c, res, strings.ToLower(res)})
+	}
+	v := r.words()
 	data := struct {
 		R        *Result
+		V        verdictText
+		Class    string
+		Rows     []row
+		Health   []healthRow
 		Verdict  string
 		Timeline template.HTML
 		Curve    template.HTML
-	}{r, verdict.String(), template.HTML(timelineSVG(r)), template.HTML(curveSVG(r))}
+	}{r, v, strings.ToLower(string(v.Outcome)), rows, r.healthRows(), strings.TrimLeft(verdict.String(), "\n"),
+		template.HTML(timelineSVG(r)), template.HTML(curveSVG(r))}
 	if err := reportTmpl.Execute(w, data); err != nil {
 		return fmt.Errorf("loadgen: writing HTML: %w", err)
 	}
 	return nil
+}
+
+// healthRow is one starvation signal of the report's health table.
+type healthRow struct{ Name, Value, Threshold string }
+
+func (r *Result) healthRows() []healthRow {
+	h := r.Health
+	rows := []healthRow{
+		{"Go scheduler latency p99", FormatDuration(h.SchedLatencyP99Ns), ">= " + FormatDuration(int64(schedLatencyLimit))},
+	}
+	if r.Config.Mode == OpenLoop.String() {
+		rows = append(rows, healthRow{"generator lateness p99", fmt.Sprintf("%s (senders in calls %.0f%% of the time)", FormatDuration(h.LatenessP99Ns), 100*h.SenderBusyShare),
+			fmt.Sprintf(">= %s while senders in calls < %.0f%%", FormatDuration(int64(latenessLimit)), 100*idleSenders)})
+	}
+	rows = append(rows, healthRow{"GC stop-the-world p99: stopping / whole pause", FormatDuration(h.GCStopP99Ns) + " / " + FormatDuration(h.GCPauseP99Ns),
+		fmt.Sprintf("stopping >= %s and >= half the pause", FormatDuration(int64(gcStopLimit)))})
+	if h.Proc {
+		rows = append(rows,
+			healthRow{"CPU steal", fmt.Sprintf("%.1f%%", 100*h.StealShare), fmt.Sprintf(">= %.0f%%", 100*stealLimit)},
+			healthRow{"load average (1 min)", fmt.Sprintf("%.1f on %d CPUs", h.Load1, h.CPUs), fmt.Sprintf(">= %.0f per CPU", loadPerCPU)},
+			healthRow{"CPUs idle / used by other processes", fmt.Sprintf("%.0f%% / %.0f%% of all CPU time", 100*h.IdleShare, 100*h.OtherCPUShare),
+				fmt.Sprintf("idle < %.0f%% and others >= %.0f%%", 100*idleLimit, 100*otherLimit)})
+	} else {
+		rows = append(rows, healthRow{"CPU steal, load average", "not available (no /proc)", ""})
+	}
+	if h.CPUPressure >= 0 {
+		rows = append(rows, healthRow{"CPU pressure (some task waiting)", fmt.Sprintf("%.0f%% of the time", 100*h.CPUPressure), "reported"})
+	}
+	return rows
 }
 
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
@@ -48,26 +94,48 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 <html lang="en">
 <head>
 <meta charset="utf-8"/>
-<title>slidelimit load test</title>
+<title>slidelimit load test: {{.V.Outcome}}</title>
 <style>
-body { font-family: sans-serif; margin: 2em; color: #222; }
-pre { background: #f6f6f6; padding: 1em; overflow-x: auto; }
+body { font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px; color: #222; }
+pre { background: #f6f6f6; padding: 1em; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; }
 table { border-collapse: collapse; margin: 1em 0; }
-td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
+td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 .pass { color: #060; font-weight: bold; }
 .fail { color: #a00; font-weight: bold; }
+.starved { color: #a60; font-weight: bold; }
 .info { color: #666; }
-svg { background: #fff; border: 1px solid #ddd; }
+.verdict { border: 2px solid; border-radius: 6px; padding: 0.5em 1em; margin: 1em 0; }
+.verdict.pass { border-color: #060; background: #eef8ee; }
+.verdict.fail { border-color: #a00; background: #fbeeee; }
+.verdict.inconclusive { border-color: #a60; background: #fdf5e6; }
+.verdict.incomplete { border-color: #666; background: #f4f4f4; }
+.verdict .outcome { font-size: 1.6em; margin: 0.2em 0; }
+.verdict p, .verdict li { font-weight: normal; color: #222; }
+svg { background: #fff; border: 1px solid #ddd; max-width: 100%; height: auto; }
 </style>
 </head>
 <body>
 <h1>slidelimit load test</h1>
-{{if .R.Interrupted}}<p class="fail">Interrupted: the figures cover the part that ran.</p>{{end}}
+<div class="verdict {{.Class}}">
+<p class="outcome">{{.V.Outcome}}</p>
+<p>{{.V.Summary}}.</p>
+{{if .V.Why}}<p>{{if eq .Class "inconclusive"}}Why:{{else}}The machine was busy:{{end}}</p>
+<ul>{{range .V.Why}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{if .V.Trust}}<p>Figures to trust (the limiter's own: they do not depend on the CPU the process got):</p>
+<ul>{{range .V.Trust}}<li>{{.}}</li>{{end}}</ul>{{end}}
+{{range .V.Notes}}<p>Note: {{.}}.</p>{{end}}
+</div>
 <p>{{.R.Config.Mode}} loop, {{.R.Config.Dist}} keys, target {{.R.Config.Target}}, started {{.R.StartedAt.Format "2006-01-02 15:04:05 UTC"}}.
 {{if .R.Command}}Command: <code>{{.R.Command}}</code>{{end}}</p>
 <table>
 <tr><th>check</th><th>objective</th><th>measured</th><th>result</th><th>note</th></tr>
-{{range .R.Verdict}}<tr><td>{{.Name}}</td><td>{{.Objective}}</td><td>{{.Measured}}</td>{{if not .Counted}}<td class="info">info</td>{{else if .Pass}}<td class="pass">PASS</td>{{else}}<td class="fail">FAIL</td>{{end}}<td>{{.Note}}</td></tr>
+{{range .Rows}}<tr><td>{{.Name}}</td><td>{{.Objective}}</td><td>{{.Measured}}</td><td class="{{.Class}}">{{.Result}}</td><td>{{.Note}}</td></tr>
+{{end}}</table>
+<p>STARVED: missed on a machine that did not give the process the CPU it needed; such a miss makes the run inconclusive, not failed.</p>
+<h2>Machine health (steady state)</h2>
+<table>
+<tr><th>signal</th><th>measured</th><th>starved at</th></tr>
+{{range .Health}}<tr><td>{{.Name}}</td><td>{{.Value}}</td><td>{{.Threshold}}</td></tr>
 {{end}}</table>
 <h2>Latency over time</h2>
 <p>Per interval: p50, p99, p99.9 and max of the latency{{if eq .R.Config.Mode "open"}} measured from each request's intended start{{end}}; the shaded part is the warm-up; the dashed line is the P99 objective.</p>
@@ -114,9 +182,23 @@ func (c chart) open(b *strings.Builder) {
 	for e := c.ly0; e <= c.ly1; e++ {
 		y := c.py(math.Pow(10, e))
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#eee"/>`, c.left, y, c.w-c.right, y)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`, c.left-5, y+4, FormatDuration(int64(math.Pow(10, e))))
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`, c.left-5, y+4, decade(int64(math.Pow(10, e))))
 	}
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999"/>`, c.left, c.top, c.w-c.left-c.right, c.h-c.top-c.bottom)
+}
+
+// decade names a power of ten of nanoseconds for the y axis: 1µs, 100ms,
+// 10s (FormatDuration's "100.00ms" is for measurements).
+func decade(ns int64) string {
+	for _, u := range []struct {
+		ns   int64
+		unit string
+	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "µs"}} {
+		if ns >= u.ns {
+			return fmt.Sprintf("%d%s", ns/u.ns, u.unit)
+		}
+	}
+	return fmt.Sprintf("%dns", ns)
 }
 
 func (c chart) line(b *strings.Builder, labels *[]endLabel, xs, ys []float64, color, label string, dashed bool) {
@@ -141,9 +223,10 @@ type endLabel struct {
 	color, text string
 }
 
-// labelGap is the least vertical distance between two end labels: about
-// one line of the 11 px font.
-const labelGap = 12
+// labelGap is the least vertical distance between two end labels' baselines:
+// the 11 px font's line plus 3 px of air (at 12 px a descender of one label
+// touched the next one's capitals in a browser).
+const labelGap = 14
 
 // drawLabels writes the end labels, moved apart where lines end close
 // together (p99.9 and max often do): sorted by height, each label is pushed
@@ -323,25 +406,21 @@ func (r *Result) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "| GC pause p99 / max (bucket upper bounds) | %s / %s |\n", FormatDuration(g.PauseP99Ns), FormatDuration(g.PauseMaxNs))
 	fmt.Fprintf(&b, "| GC CPU share | %.2f %% |\n", 100*g.CPUShare)
 	fmt.Fprintf(&b, "| live heap start / end (growth) | %s / %s (%+.2f %%) |\n", formatBytes(g.HeapLiveStart), formatBytes(g.HeapLiveEnd), g.HeapGrowthPct)
+	fmt.Fprintf(&b, "| machine health | %s |\n", r.Health.figures())
 	b.WriteString("\n| check | objective | measured | result |\n|---|---|---|---|\n")
 	for _, c := range r.Verdict {
-		res := "PASS"
-		switch {
-		case !c.Counted:
-			res = "info"
-		case !c.Pass:
-			res = "FAIL"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", c.Name, c.Objective, c.Measured, res)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", c.Name, c.Objective, c.Measured, c.result(r.Health.Starved))
 	}
-	verdict := "FAIL"
-	if r.Pass {
-		verdict = "PASS"
+	v := r.words()
+	verdict := string(v.Outcome) + "** (" + v.Summary + ")"
+	if len(v.Why) > 0 {
+		verdict += "; the machine: " + strings.Join(v.Why, "; ")
 	}
+	verdict = "**" + verdict
 	if time.Duration(s.DurationS*float64(time.Second)) < soakHorizon {
-		fmt.Fprintf(&b, "\nVerdict: **%s**. Heap growth over %.0f s is weak evidence; `make soak` measures it over 15 minutes.\n", verdict, s.DurationS)
+		fmt.Fprintf(&b, "\nVerdict: %s. Heap growth over %.0f s is weak evidence; `make soak` measures it over 15 minutes.\n", verdict, s.DurationS)
 	} else {
-		fmt.Fprintf(&b, "\nVerdict: **%s**. Heap growth measured over %.0f s of steady state (the soak horizon).\n", verdict, s.DurationS)
+		fmt.Fprintf(&b, "\nVerdict: %s. Heap growth measured over %.0f s of steady state (the soak horizon).\n", verdict, s.DurationS)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -15,8 +15,30 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 )
 
-// ResultVersion is the version of the JSON layout of Result.
-const ResultVersion = 1
+// ResultVersion is the version of the JSON layout of Result. Version 2
+// added outcome, health, the checks' machine flag and steady.lateness.
+const ResultVersion = 2
+
+// Outcome is the verdict of a run.
+type Outcome string
+
+const (
+	// OutcomePass: every counted check met its objective.
+	OutcomePass Outcome = "PASS"
+	// OutcomeFail: the limiter missed an objective: one of its own checks
+	// (service time, admitted count, engine counters, errors, heap
+	// growth), or a machine-dependent one (latency, GC pause, rate) while
+	// the machine gave the process the CPU it needed.
+	OutcomeFail Outcome = "FAIL"
+	// OutcomeInconclusive: only machine-dependent checks missed, and the process
+	// was starved (see Health): the misses measure the machine, not the
+	// limiter. The limiter's own checks, which held, are the figures to
+	// trust.
+	OutcomeInconclusive Outcome = "INCONCLUSIVE"
+	// OutcomeIncomplete: the run was interrupted before its end with no objective
+	// missed so far.
+	OutcomeIncomplete Outcome = "INCOMPLETE"
+)
 
 // Result is everything a run measured; it is written as JSON for scripts
 // and rendered as the verdict table and the HTML report.
@@ -34,8 +56,10 @@ type Result struct {
 	Admission   Admission    `json:"admission"`
 	Series      []Point      `json:"series"`      // one point per interval, warm-up included
 	Percentiles []Quantile   `json:"percentiles"` // the steady-state latency percentile curve
+	Health      Health       `json:"health"`
 	Verdict     []Check      `json:"verdict"`
-	Pass        bool         `json:"pass"` // every counted check passed (and the run was not interrupted)
+	Outcome     Outcome      `json:"outcome"`
+	Pass        bool         `json:"pass"` // Outcome is OutcomePass: every counted check passed (and the run was not interrupted)
 }
 
 // Machine describes where the run happened.
@@ -107,6 +131,9 @@ type Steady struct {
 	// call in closed loop. Service is the call alone.
 	Latency Latency `json:"latency"`
 	Service Latency `json:"service"`
+	// Lateness (open loop) is how late each request started after its
+	// intended start: the generator's own delay, Latency less Service.
+	Lateness Latency `json:"lateness"`
 	// Clamped counts latencies above the histogram's 60 s range.
 	Clamped uint64 `json:"clamped,omitempty"`
 }
@@ -177,7 +204,26 @@ type Check struct {
 	Measured  string `json:"measured"`
 	Pass      bool   `json:"pass"`
 	Counted   bool   `json:"counted"` // false: informational, does not decide the verdict
-	Note      string `json:"note,omitempty"`
+	// Machine marks a figure that depends on the CPU the process got
+	// (latency from the intended start, GC pause, achieved rate): on a
+	// starved machine its miss makes the run Inconclusive, not Fail.
+	Machine bool   `json:"machine,omitempty"`
+	Note    string `json:"note,omitempty"`
+}
+
+// result is the check's RESULT column: PASS, FAIL, info, or STARVED for a
+// machine-dependent miss on a starved machine (it does not decide the
+// verdict against the limiter).
+func (c Check) result(starved bool) string {
+	switch {
+	case !c.Counted:
+		return "info"
+	case c.Pass:
+		return "PASS"
+	case c.Machine && starved:
+		return "STARVED"
+	}
+	return "FAIL"
 }
 
 func machineInfo() Machine {
@@ -228,9 +274,125 @@ func formatRate(r float64) string {
 	return fmt.Sprintf("%.0f/s", r)
 }
 
-// WriteVerdict prints the verdict table and a summary of the figures.
+// verdictText is the verdict in words, rendered first in the console and
+// at the top of the HTML report.
+type verdictText struct {
+	Outcome Outcome
+	Summary string   // one sentence after the outcome
+	Why     []string // the starvation signals, when they matter
+	Trust   []string // the figures that hold on this machine
+	Notes   []string
+}
+
+// words builds the verdict in words from the checks and the health.
+func (r *Result) words() verdictText {
+	v := verdictText{Outcome: r.Outcome}
+	if v.Outcome == "" { // a Result built by hand (tests)
+		v.Outcome = decide(r.Verdict, r.Health, r.Interrupted)
+	}
+	h := r.Health
+	var limiterMiss, machineMiss, held []string
+	for _, c := range r.Verdict {
+		if !c.Counted {
+			continue
+		}
+		fig := fmt.Sprintf("%s %s (objective %s)", c.Name, c.Measured, c.Objective)
+		switch {
+		case c.Pass && !c.Machine:
+			held = append(held, fmt.Sprintf("%s: %s", c.Name, c.Measured))
+		case c.Pass:
+		case c.Machine:
+			machineMiss = append(machineMiss, fig)
+		default:
+			limiterMiss = append(limiterMiss, fig)
+		}
+	}
+	switch v.Outcome {
+	case OutcomePass:
+		v.Summary = "every objective was met"
+		if h.Starved {
+			v.Notes = append(v.Notes, "the machine was busy (see below) and the objectives held all the same")
+			v.Why = h.Reasons
+		}
+	case OutcomeIncomplete:
+		v.Summary = fmt.Sprintf("interrupted after %.1fs of steady state; no objective missed so far", r.Steady.DurationS)
+	case OutcomeInconclusive:
+		v.Summary = "this process did not get the CPU it needed, so " + strings.Join(machineMiss, ", ") +
+			" measured the machine, not the limiter"
+		v.Why = h.Reasons
+		v.Trust = held
+		v.Notes = append(v.Notes, "for a latency verdict, rerun on a quiet machine (no other busy processes)")
+	case OutcomeFail:
+		if len(limiterMiss) > 0 {
+			v.Summary = "the limiter missed " + strings.Join(limiterMiss, ", ")
+			if len(machineMiss) > 0 {
+				v.Notes = append(v.Notes, "also missed: "+strings.Join(machineMiss, ", "))
+			}
+			if h.Starved {
+				v.Notes = append(v.Notes, "the machine was starved as well (see below), but these figures do not depend on it")
+				v.Why = h.Reasons
+			}
+		} else {
+			v.Summary = "missed " + strings.Join(machineMiss, ", ")
+			v.Notes = append(v.Notes, "the process got the CPU it needed ("+h.calm()+"), so the miss is the limiter's or the load generator's, not the machine's")
+		}
+	}
+	return v
+}
+
+// calm says, in a few figures, why the machine did not count as starved.
+func (h Health) calm() string {
+	parts := []string{"Go scheduler latency p99 " + FormatDuration(h.SchedLatencyP99Ns)}
+	if h.LatenessP99Ns > 0 {
+		parts = append(parts, "generator lateness p99 "+FormatDuration(h.LatenessP99Ns))
+	}
+	if h.Proc {
+		parts = append(parts, fmt.Sprintf("load average %.1f on %d CPUs", h.Load1, h.CPUs))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// figures is the one-line summary of the health readings.
+func (h Health) figures() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Go scheduler latency p99 %s", FormatDuration(h.SchedLatencyP99Ns))
+	if h.LatenessP99Ns > 0 {
+		fmt.Fprintf(&b, ", generator lateness p99 %s (senders in calls %.0f%% of the time)", FormatDuration(h.LatenessP99Ns), 100*h.SenderBusyShare)
+	}
+	fmt.Fprintf(&b, ", GC stop-the-world p99 %s of which stopping %s", FormatDuration(h.GCPauseP99Ns), FormatDuration(h.GCStopP99Ns))
+	if h.Proc {
+		fmt.Fprintf(&b, ", CPU steal %.1f%%, CPUs idle %.0f%%, other processes' CPU %.0f%%, load average %.1f on %d CPUs",
+			100*h.StealShare, 100*h.IdleShare, 100*h.OtherCPUShare, h.Load1, h.CPUs)
+	}
+	if h.CPUPressure >= 0 {
+		fmt.Fprintf(&b, ", CPU pressure %.0f%%", 100*h.CPUPressure)
+	}
+	return b.String()
+}
+
+// WriteVerdict prints the verdict first (the outcome, why, which figures
+// to trust), then the figures and the table of checks.
 func (r *Result) WriteVerdict(w io.Writer) error {
 	var b strings.Builder
+	v := r.words()
+	fmt.Fprintf(&b, "\nVERDICT: %s: %s\n", v.Outcome, v.Summary)
+	label := "why:  "
+	if v.Outcome != OutcomeInconclusive {
+		label = "busy: "
+	}
+	for i, why := range v.Why {
+		if i > 0 {
+			label = "      "
+		}
+		fmt.Fprintf(&b, "  %s %s\n", label, why)
+	}
+	if len(v.Trust) > 0 {
+		fmt.Fprintf(&b, "  trust: %s (the limiter's own figures: they do not depend on the CPU the process got)\n", strings.Join(v.Trust, "; "))
+	}
+	for _, n := range v.Notes {
+		fmt.Fprintf(&b, "  note:  %s\n", n)
+	}
+
 	s := r.Steady
 	fmt.Fprintf(&b, "\nslidelimit load test: %s loop, %s keys, target %s", r.Config.Mode, r.Config.Dist, r.Config.Target)
 	if r.Config.Algorithm != "" {
@@ -256,6 +418,7 @@ func (r *Result) WriteVerdict(w io.Writer) error {
 	fmt.Fprintf(&b, "gc       %d cycles, %d pauses, pause p99 %s max %s, GC CPU %.2f%%, live heap %s -> %s, goroutines %d -> %d\n",
 		g.Cycles, g.Pauses, FormatDuration(g.PauseP99Ns), FormatDuration(g.PauseMaxNs), 100*g.CPUShare,
 		formatBytes(g.HeapLiveStart), formatBytes(g.HeapLiveEnd), g.GoroutinesStart, g.GoroutinesEnd)
+	fmt.Fprintf(&b, "health   %s\n", r.Health.figures())
 	if s.FirstError != "" {
 		fmt.Fprintf(&b, "first error: %s\n", s.FirstError)
 	}
@@ -265,24 +428,9 @@ func (r *Result) WriteVerdict(w io.Writer) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tOBJECTIVE\tMEASURED\tRESULT\tNOTE")
 	for _, c := range r.Verdict {
-		res := "PASS"
-		if !c.Pass {
-			res = "FAIL"
-		}
-		if !c.Counted {
-			res = "info"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Objective, c.Measured, res, c.Note)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", c.Name, c.Objective, c.Measured, c.result(r.Health.Starved), c.Note)
 	}
 	tw.Flush()
-	switch {
-	case r.Pass:
-		b.WriteString("\nVERDICT: PASS\n")
-	case r.Interrupted:
-		b.WriteString("\nVERDICT: INCOMPLETE (interrupted)\n")
-	default:
-		b.WriteString("\nVERDICT: FAIL\n")
-	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

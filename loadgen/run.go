@@ -112,7 +112,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		steadyStart int64
 		rtStart     rtSnap
 		limStart    engine.Stats
-		boundary    time.Duration // from the first swap to the engine snapshot at the steady start
+		boundary    uint64 // engine decisions while the steady state's start was taken (see verdict)
+		procStart   procSnap
 		interval    = newTally()
 		lastTick    int64
 	)
@@ -122,6 +123,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		// at GC); it runs before the steady state begins.
 		runtime.GC()
 		rtStart = readRuntime()
+		procStart = readProc()
 		if r.lim != nil {
 			limStart = r.lim.Stats()
 		}
@@ -212,18 +214,26 @@ loop:
 		if !steady && now >= warmNS {
 			// The end of the warm-up. The forced GC (see above) belongs to
 			// the warm-up; the engine snapshot follows the swap as closely
-			// as possible, so both count the same requests as steady.
+			// as possible, so both count nearly the same requests as
+			// steady. The readings before and after it bound how many
+			// decisions fell in between, however long this goroutine was
+			// descheduled there.
 			runtime.GC()
-			t0 := time.Now()
+			var before engine.Stats
+			if r.lim != nil {
+				before = r.lim.Stats()
+			}
 			olds := swapAll()
 			if r.lim != nil {
 				limStart = r.lim.Stats()
+				after := r.lim.Stats()
+				boundary = (after.Allowed + after.Denied) - (before.Allowed + before.Denied)
 			}
-			boundary = time.Since(t0)
 			steadyStart = r.now()
 			r.endNS.Store(steadyStart + int64(c.Duration))
 			collect(olds, false, false)
 			rtStart = readRuntime()
+			procStart = readProc()
 			steady = true
 		} else {
 			collect(swapAll(), steady, false)
@@ -237,10 +247,13 @@ loop:
 	if !steady {
 		// Interrupted during warm-up: nothing was measured.
 		res.Verdict = []Check{{Name: "steady state", Objective: "reached", Measured: "interrupted during warm-up"}}
+		res.Outcome = OutcomeIncomplete
 		return res, nil
 	}
 
 	rtEnd := readRuntime() // before the forced GC below: its pause is not the run's
+	procEnd := readProc()
+	load1, loadOK := readLoad1()
 	var limEnd engine.Stats
 	if r.lim != nil {
 		limEnd = r.lim.Stats()
@@ -266,6 +279,9 @@ loop:
 	}
 	s.Latency = latencyOf(steadyTotal.lat)
 	s.Service = latencyOf(steadyTotal.svc)
+	if c.Mode == OpenLoop {
+		s.Lateness = latencyOf(steadyTotal.late)
+	}
 	for _, sd := range r.senders {
 		if err := sd.err(); err != nil {
 			s.FirstError = err.Error()
@@ -289,15 +305,33 @@ loop:
 	g.MemTotalStart, g.MemTotalEnd = rtStart.memTotal, rtAfter.memTotal
 	g.GoroutinesStart, g.GoroutinesEnd = rtStart.goroutines, rtEnd.goroutines
 
+	res.Health = health(c, s, g, rtStart, rtEnd, procStart, procEnd, load1, loadOK)
 	res.Admission = admission(c, engCfg, r.lim != nil, s)
 	res.Verdict = verdict(c, res, boundary)
-	res.Pass = !res.Interrupted
-	for _, ch := range res.Verdict {
-		if ch.Counted && !ch.Pass {
-			res.Pass = false
-		}
-	}
+	res.Outcome = decide(res.Verdict, res.Health, res.Interrupted)
+	res.Pass = res.Outcome == OutcomePass
 	return res, nil
+}
+
+// health gathers the steady state's starvation signals and judges them.
+func health(c Config, s *Steady, g *GCInfo, rtStart, rtEnd rtSnap, procStart, procEnd procSnap, load1 float64, loadOK bool) Health {
+	var h Health
+	_, p99, _ := pauseStats(rtStart.schedLat, rtEnd.schedLat)
+	h.SchedLatencyP99Ns = int64(p99)
+	_, p99, _ = pauseStats(rtStart.stopping, rtEnd.stopping)
+	h.GCStopP99Ns, h.GCPauseP99Ns = int64(p99), g.PauseP99Ns
+	if c.Mode == OpenLoop {
+		h.LatenessP99Ns = s.Lateness.P99
+	}
+	if s.DurationS > 0 && c.Concurrency > 0 {
+		h.SenderBusyShare = s.Service.Mean * float64(s.Service.Count) / (float64(c.Concurrency) * s.DurationS * 1e9)
+	}
+	h.machineShares(procStart, procEnd, load1, loadOK)
+	if c.testHealth != nil {
+		c.testHealth(&h)
+	}
+	h.judge(c.Mode == OpenLoop)
+	return h
 }
 
 // openLoop claims schedule slots until the run ends. Slot i's intended

@@ -8,7 +8,9 @@ import (
 
 // The runtime/metrics the verdict is computed from.
 const (
-	mGCPauses    = "/sched/pauses/total/gc:seconds" // histogram of GC stop-the-world pauses
+	mGCPauses    = "/sched/pauses/total/gc:seconds"    // histogram of GC stop-the-world pauses
+	mGCStopping  = "/sched/pauses/stopping/gc:seconds" // the part of each spent stopping the world
+	mSchedLat    = "/sched/latencies:seconds"          // time goroutines spent runnable before running
 	mGCCPU       = "/cpu/classes/gc/total:cpu-seconds"
 	mTotalCPU    = "/cpu/classes/total:cpu-seconds" // GOMAXPROCS x wall time
 	mHeapLive    = "/gc/heap/live:bytes"            // live heap marked by the last GC
@@ -21,6 +23,8 @@ const (
 // rtSnap is one reading of the runtime metrics.
 type rtSnap struct {
 	pauses      *metrics.Float64Histogram
+	stopping    *metrics.Float64Histogram
+	schedLat    *metrics.Float64Histogram
 	gcCPU       float64
 	totalCPU    float64
 	heapLive    uint64
@@ -32,7 +36,7 @@ type rtSnap struct {
 
 func readRuntime() rtSnap {
 	s := []metrics.Sample{
-		{Name: mGCPauses}, {Name: mGCCPU}, {Name: mTotalCPU}, {Name: mHeapLive},
+		{Name: mGCPauses}, {Name: mGCStopping}, {Name: mSchedLat}, {Name: mGCCPU}, {Name: mTotalCPU}, {Name: mHeapLive},
 		{Name: mGCCycles}, {Name: mGoroutines}, {Name: mMemTotal}, {Name: mHeapObjects},
 	}
 	metrics.Read(s)
@@ -40,7 +44,14 @@ func readRuntime() rtSnap {
 	for _, x := range s {
 		switch x.Value.Kind() {
 		case metrics.KindFloat64Histogram:
-			r.pauses = x.Value.Float64Histogram()
+			switch x.Name {
+			case mGCPauses:
+				r.pauses = x.Value.Float64Histogram()
+			case mGCStopping:
+				r.stopping = x.Value.Float64Histogram()
+			case mSchedLat:
+				r.schedLat = x.Value.Float64Histogram()
+			}
 		case metrics.KindFloat64:
 			v := x.Value.Float64()
 			switch x.Name {
@@ -68,8 +79,8 @@ func readRuntime() rtSnap {
 	return r
 }
 
-// pauseStats summarises the GC pauses recorded between two readings of the
-// cumulative pause histogram. The runtime's histogram has exponential
+// pauseStats summarises the durations (GC pauses, scheduling latencies)
+// recorded between two readings of a cumulative runtime histogram. The runtime's histogram has exponential
 // buckets; p99 and max are reported as the upper bound of the bucket they
 // fall in (the conservative reading), or its lower bound for the last,
 // unbounded bucket.

@@ -20,19 +20,21 @@ func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMa
 type tally struct {
 	lat     *hdrhistogram.Histogram // latency: from the intended start (open loop) or the call (closed loop)
 	svc     *hdrhistogram.Histogram // service time: from the actual start of the call
+	late    *hdrhistogram.Histogram // open loop: actual start - intended start (lat - svc)
 	allowed uint64
 	denied  uint64
 	errors  uint64
 	clamped uint64
 }
 
-func newTally() *tally { return &tally{lat: newHist(), svc: newHist()} }
+func newTally() *tally { return &tally{lat: newHist(), svc: newHist(), late: newHist()} }
 
 func (t *tally) sent() uint64 { return t.allowed + t.denied + t.errors }
 
 func (t *tally) reset() {
 	t.lat.Reset()
 	t.svc.Reset()
+	t.late.Reset()
 	t.allowed, t.denied, t.errors, t.clamped = 0, 0, 0, 0
 }
 
@@ -40,6 +42,7 @@ func (t *tally) reset() {
 func (t *tally) merge(o *tally) {
 	t.lat.Merge(o.lat)
 	t.svc.Merge(o.svc)
+	t.late.Merge(o.late)
 	t.allowed += o.allowed
 	t.denied += o.denied
 	t.errors += o.errors
@@ -76,6 +79,7 @@ func (s *sender) record(lat, svc int64, allowed bool, err error) {
 	c := record(t.lat, lat)
 	if svc >= 0 {
 		record(t.svc, svc)
+		record(t.late, lat-svc)
 	}
 	if c {
 		t.clamped++

@@ -2,9 +2,18 @@
 // gateway on loopback) and prints a verdict against the service-level
 // objectives: P99 < 2 ms, GC pause p99 < 5 ms, heap growth < 5 %.
 //
-// Exit status: 0 every objective met; 1 an objective missed; 2 bad flags;
-// 3 the run could not be done or its report not written; 130 interrupted
-// (Ctrl-C) before the end with no objective missed so far.
+// The verdict is printed first, then the figures and the table of checks:
+// PASS (every objective met), FAIL (the limiter missed an objective),
+// INCONCLUSIVE (only machine-dependent figures missed, latency, GC pause or
+// rate, while the process was starved of CPU: scheduler latency, a
+// generator behind its schedule while idle, GC stop-the-world spent
+// stopping, CPU steal, a load average far above the CPUs; the verdict
+// says which, and that the limiter's own service time is the figure to
+// trust), or INCOMPLETE (interrupted).
+//
+// Exit status: 0 PASS; 1 FAIL; 2 bad flags; 3 the run could not be done or
+// its report not written; 4 INCONCLUSIVE; 130 interrupted (Ctrl-C) before
+// the end with no objective missed so far.
 //
 // Usage:
 //
@@ -33,11 +42,12 @@ import (
 )
 
 const (
-	exitPass        = 0
-	exitFail        = 1
-	exitUsage       = 2
-	exitError       = 3
-	exitInterrupted = 130
+	exitPass         = 0
+	exitFail         = 1
+	exitUsage        = 2
+	exitError        = 3
+	exitInconclusive = 4
+	exitInterrupted  = 130
 )
 
 func main() {
@@ -90,6 +100,7 @@ func parse(args []string, stderr io.Writer) (loadgen.Config, options, error) {
 	fs.StringVar(&cfg.KeyHeader, "header", cfg.KeyHeader, "HTTP header that carries the key")
 	fs.DurationVar(&cfg.HTTPTimeout, "http-timeout", cfg.HTTPTimeout, "HTTP request timeout")
 	fs.DurationVar(&cfg.Objectives.LatencyP99, "p99", cfg.Objectives.LatencyP99, "objective: latency P99 below this")
+	fs.DurationVar(&cfg.Objectives.ServiceP99, "service-p99", cfg.Objectives.ServiceP99, "objective: the limiter's own service time (the call alone, in process) P99 below this")
 	fs.DurationVar(&cfg.Objectives.GCPauseP99, "gc-p99", cfg.Objectives.GCPauseP99, "objective: GC pause p99 below this")
 	fs.Float64Var(&cfg.Objectives.HeapGrowthPct, "heap-growth", cfg.Objectives.HeapGrowthPct, "objective: live heap growth over the steady state below this many percent")
 	fs.Float64Var(&cfg.Objectives.MinRateShare, "min-rate-share", cfg.Objectives.MinRateShare, "open loop: the share of -rate that must be achieved")
@@ -202,6 +213,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "debug server on http://%s/debug/pprof/ (limiter stats: /debug/limiter)\n", srv.Addr())
 	}
 
+	if cfg.Progress != nil {
+		fmt.Fprintf(stdout, "loadgen: %v warm-up, then %v measured; one progress line per %v, the verdict at the end\n", cfg.Warmup, cfg.Duration, cfg.Interval)
+	}
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "loadgen:", err)
@@ -230,25 +244,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "markdown: %s\n", o.md)
 	}
-	switch {
-	case res.Pass:
-		return exitPass
-	case failed(res):
-		return exitFail
-	default:
-		return exitInterrupted
-	}
+	code := exitCode(res.Outcome)
+	fmt.Fprintf(stdout, "loadgen: %s (exit status %d)\n", res.Outcome, code)
+	return code
 }
 
-// failed reports whether a counted check failed (as opposed to a run that
-// was interrupted with every check so far passing).
-func failed(r *loadgen.Result) bool {
-	for _, c := range r.Verdict {
-		if c.Counted && !c.Pass {
-			return true
-		}
+// exitCode is the exit status of an outcome.
+func exitCode(o loadgen.Outcome) int {
+	switch o {
+	case loadgen.OutcomePass:
+		return exitPass
+	case loadgen.OutcomeInconclusive:
+		return exitInconclusive
+	case loadgen.OutcomeIncomplete:
+		return exitInterrupted
 	}
-	return false
+	return exitFail
 }
 
 func writeReports(r *loadgen.Result, dir string) error {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/slidelimit/slidelimit/loadgen"
 )
 
 func TestBadFlagsExit2WithOneLine(t *testing.T) {
@@ -50,8 +52,8 @@ func TestUnknownFlagExit2(t *testing.T) {
 	}
 }
 
-// A short run writes both reports; its exit status is the verdict's (0 or
-// 1: the latency objective depends on the machine, so either is valid).
+// A short run writes both reports; its exit status is the verdict's (0, 1
+// or 4: the latency objective depends on the machine, so any is valid).
 func TestShortRunWritesReports(t *testing.T) {
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
@@ -59,7 +61,7 @@ func TestShortRunWritesReports(t *testing.T) {
 		"-dist", "hot", "-algo", "log", "-limit", "10", "-window", "100ms", "-out", dir, "-pprof", "127.0.0.1:0",
 		"-md", filepath.Join(dir, "frag", "loadgen.md"), "-note", "engine test"}
 	code := run(context.Background(), args, &stdout, &stderr)
-	if code != exitPass && code != exitFail {
+	if code != exitPass && code != exitFail && code != exitInconclusive {
 		t.Fatalf("exit %d; stderr %s", code, stderr.String())
 	}
 	out := stdout.String()
@@ -104,5 +106,36 @@ func TestCommandLine(t *testing.T) {
 	got := commandLine([]string{"-rate", "1000", "-note", "engine: abc def", "-target", "http://127.0.0.1:1/a b"})
 	if want := `loadgen -rate 1000 -target "http://127.0.0.1:1/a b"`; got != want {
 		t.Errorf("commandLine = %s, want %s", got, want)
+	}
+}
+
+// TestServiceTimeMissExits1WithTheVerdictFirst: a limiter that misses its
+// own service-time objective (1 ns: no call is that fast) fails with exit
+// status 1, and the verdict is the first line of the output, before the
+// figures and the table.
+func TestServiceTimeMissExits1WithTheVerdictFirst(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	args := []string{"-q", "-warmup", "100ms", "-duration", "300ms", "-interval", "100ms", "-rate", "1000",
+		"-service-p99", "1ns", "-heap-growth", "1000", "-out", ""}
+	if code := run(context.Background(), args, &stdout, &stderr); code != exitFail {
+		t.Fatalf("exit %d, want %d; stderr %s", code, exitFail, stderr.String())
+	}
+	lines := strings.Split(strings.TrimLeft(stdout.String(), "\n"), "\n")
+	if !strings.HasPrefix(lines[0], "VERDICT: FAIL: the limiter missed limiter service time p99") {
+		t.Errorf("first line %q, want the verdict", lines[0])
+	}
+	if last := lines[len(lines)-2]; last != "loadgen: FAIL (exit status 1)" {
+		t.Errorf("last line %q, want the verdict with its exit status", last)
+	}
+}
+
+// TestExitStatusOfEachOutcome: the documented exit statuses.
+func TestExitStatusOfEachOutcome(t *testing.T) {
+	for o, want := range map[loadgen.Outcome]int{
+		loadgen.OutcomePass: 0, loadgen.OutcomeFail: 1, loadgen.OutcomeInconclusive: 4, loadgen.OutcomeIncomplete: 130,
+	} {
+		if got := exitCode(o); got != want {
+			t.Errorf("%s: exit %d, want %d", o, got, want)
+		}
 	}
 }
