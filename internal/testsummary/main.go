@@ -5,8 +5,14 @@
 // (packages, tests passed, failed and skipped, why each skip happened,
 // benchmarks run once, wall time).
 //
-//	go test -json ./... | testsummary stream -step unit -o out/test/unit.jsonl
+//	go test -json ./... | testsummary stream -step unit -about "what it does" -o out/test/unit.jsonl
 //	testsummary final -since 1700000000 out/test/*.jsonl
+//
+// stream never stays silent for long: when nothing was printed for -tick
+// (15 s), it prints how long the step has run, how many packages are done
+// and which package's tests are running and for how long (go test streams
+// one package's events at a time), so a cold build or a slow package shows
+// as progress.
 //
 // stream exits 1 when a test or a build failed, so the make step fails;
 // final exits 1 when any step's stream holds a failure. Lines in the notes
@@ -26,6 +32,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 )
@@ -50,11 +57,13 @@ func main() {
 		fs := flag.NewFlagSet("stream", flag.ExitOnError)
 		out := fs.String("o", "", "file that receives the raw JSON stream (required)")
 		step := fs.String("step", "", "name of this step, printed before its lines")
+		about := fs.String("about", "", "what the step does and how long it usually takes, printed with its name")
+		tick := fs.Duration("tick", 15*time.Second, "print a progress line after this long without output (0: never)")
 		fs.Parse(os.Args[2:])
 		if *out == "" {
 			usage()
 		}
-		os.Exit(stream(os.Stdin, os.Stdout, *out, *step))
+		os.Exit(stream(os.Stdin, os.Stdout, *out, *step, *about, *tick))
 	case "final":
 		fs := flag.NewFlagSet("final", flag.ExitOnError)
 		since := fs.Int64("since", 0, "unix time the run started (for the wall time)")
@@ -67,7 +76,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testsummary stream -o FILE [-step NAME] < go-test-json\n       testsummary final [-since UNIX] [-notes FILE] FILE...")
+	fmt.Fprintln(os.Stderr, "usage: testsummary stream -o FILE [-step NAME] [-about TEXT] [-tick DURATION] < go-test-json\n       testsummary final [-since UNIX] [-notes FILE] FILE...")
 	os.Exit(2)
 }
 
@@ -81,10 +90,11 @@ type result struct {
 	failures             []string            // "pkg.Test" or "pkg (build)"
 	emptyPackages        int                 // packages with no test files
 	pkgSeen              map[string]bool
-	testOut              map[string][]string // pkg/test -> output lines
-	benchLine            map[string]string   // pkg/benchmark -> output not yet ended by a newline
-	buildOut             map[string][]string // import path -> build output
-	pendingPkgOut        map[string][]string // package-level output
+	testOut              map[string][]string  // pkg/test -> output lines
+	benchLine            map[string]string    // pkg/benchmark -> output not yet ended by a newline
+	buildOut             map[string][]string  // import path -> build output
+	pendingPkgOut        map[string][]string  // package-level output
+	started              map[string]time.Time // package -> when its test binary started (stream only)
 	printFailures        io.Writer
 	printPackages        io.Writer
 }
@@ -93,6 +103,7 @@ func newResult(step string) *result {
 	return &result{
 		step: step, skips: map[string][]string{}, pkgSeen: map[string]bool{},
 		testOut: map[string][]string{}, benchLine: map[string]string{}, buildOut: map[string][]string{}, pendingPkgOut: map[string][]string{},
+		started: map[string]time.Time{},
 	}
 }
 
@@ -101,6 +112,8 @@ func newResult(step string) *result {
 func (r *result) add(e event) {
 	key := e.Package + "\x00" + e.Test
 	switch e.Action {
+	case "start":
+		r.started[e.Package] = time.Now()
 	case "build-output":
 		r.buildOut[e.ImportPath] = append(r.buildOut[e.ImportPath], e.Output)
 	case "build-fail":
@@ -247,7 +260,7 @@ func tail(lines []string, n int) []string {
 
 // stream copies stdin to the file and prints progress; it returns the exit
 // status for make.
-func stream(in io.Reader, stdout io.Writer, path, step string) int {
+func stream(in io.Reader, stdout io.Writer, path, step, about string, tick time.Duration) int {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "testsummary:", err)
 		return 2
@@ -259,11 +272,29 @@ func stream(in io.Reader, stdout io.Writer, path, step string) int {
 	}
 	defer f.Close()
 	r := newResult(step)
-	r.printFailures, r.printPackages = stdout, stdout
+	// The ticker prints from its own goroutine: every write to stdout and
+	// every change of r happens under mu.
+	w := &quietWriter{w: stdout, last: time.Now()}
+	r.printFailures, r.printPackages = w, w
 	if step != "" {
-		fmt.Fprintf(stdout, "== %s\n", step)
+		if about != "" {
+			fmt.Fprintf(w, "== %s: %s\n", step, about)
+		} else {
+			fmt.Fprintf(w, "== %s\n", step)
+		}
 	}
-	parse(io.TeeReader(in, f), r, stdout)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	if tick > 0 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.tick(stop, tick, r, time.Now())
+		}()
+	}
+	parse(io.TeeReader(in, f), r, w, &w.mu)
+	close(stop)
+	wg.Wait()
 	if r.failed > 0 || len(r.failedPkgs) > 0 || len(r.failures) > 0 {
 		fmt.Fprintf(stdout, "== %s: FAILED (%d tests failed, %d packages failed)\n", step, r.failed, len(r.failedPkgs))
 		return 1
@@ -274,21 +305,110 @@ func stream(in io.Reader, stdout io.Writer, path, step string) int {
 // parse reads events; a line that is not JSON (the go command's own
 // messages on stderr, merged in: downloads, a vet or setup error) is echoed
 // so nothing is lost. Whether the step failed is go test's exit status
-// (make runs the pipe with pipefail) or a fail event.
-func parse(in io.Reader, r *result, echo io.Writer) {
+// (make runs the pipe with pipefail) or a fail event. mu, when not nil, is
+// held while an event is folded in or a line echoed.
+func parse(in io.Reader, r *result, echo io.Writer, mu *sync.Mutex) {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 1<<20), 16<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
+		if mu != nil {
+			mu.Lock()
+		}
 		var e event
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
 			if echo != nil && len(line) > 0 {
 				fmt.Fprintf(echo, "%s\n", line)
 			}
-			continue
+		} else {
+			r.add(e)
 		}
-		r.add(e)
+		if mu != nil {
+			mu.Unlock()
+		}
 	}
+}
+
+// quietWriter is stream's stdout: it remembers when it last printed, so
+// the ticker speaks only after a silence. Callers hold mu.
+type quietWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	last time.Time
+}
+
+func (q *quietWriter) Write(p []byte) (int, error) {
+	q.last = time.Now()
+	return q.w.Write(p)
+}
+
+// tick prints a progress line whenever nothing was printed for every, until
+// stop is closed.
+func (q *quietWriter) tick(stop <-chan struct{}, every time.Duration, r *result, begin time.Time) {
+	t := time.NewTicker(min(every/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			q.mu.Lock()
+			if now.Sub(q.last) >= every {
+				fmt.Fprintf(q, "   ... %s\n", r.waitingFor(now, begin))
+			}
+			q.mu.Unlock()
+		}
+	}
+}
+
+// waitingFor says what the step is doing: the packages whose tests are
+// running (the longest first), as far as go test's event stream shows them.
+func (r *result) waitingFor(now, begin time.Time) string {
+	type run struct {
+		pkg string
+		d   time.Duration
+	}
+	var running []run
+	for p, t := range r.started {
+		if !r.pkgSeen[p] {
+			running = append(running, run{shortPkg(p), now.Sub(t)})
+		}
+	}
+	sort.Slice(running, func(i, j int) bool {
+		if running[i].d != running[j].d {
+			return running[i].d > running[j].d
+		}
+		return running[i].pkg < running[j].pkg
+	})
+	var b strings.Builder
+	name := r.step
+	if name == "" {
+		name = "go test"
+	}
+	pkgs := "packages"
+	if len(r.pkgSeen) == 1 {
+		pkgs = "package"
+	}
+	fmt.Fprintf(&b, "%s still running (%s): %d %s done", name, now.Sub(begin).Round(time.Second), len(r.pkgSeen), pkgs)
+	if len(running) == 0 {
+		// go test streams one package's events at a time and holds the
+		// others' until they finish, so nothing running in sight means
+		// compiling, or tests whose output is held.
+		b.WriteString(", compiling or running the next ones")
+		return b.String()
+	}
+	b.WriteString(", tests running in ")
+	for i, x := range running {
+		if i == 3 {
+			fmt.Fprintf(&b, " and %d more", len(running)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s (%s)", x.pkg, x.d.Round(time.Second))
+	}
+	return b.String()
 }
 
 // final prints the summary of every step's stream.
@@ -303,7 +423,7 @@ func final(w io.Writer, files []string, since int64, notesPath string) int {
 			continue
 		}
 		r := newResult(strings.TrimSuffix(filepath.Base(p), filepath.Ext(p)))
-		parse(f, r, nil)
+		parse(f, r, nil, nil)
 		f.Close()
 		all = append(all, r)
 	}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // stream of a package with a pass, a skip with a reason, a failure, a
@@ -34,7 +37,7 @@ func TestStreamAndFinal(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "unit.jsonl")
 	var out strings.Builder
-	if rc := stream(strings.NewReader(sample), &out, path, "unit"); rc != 1 {
+	if rc := stream(strings.NewReader(sample), &out, path, "unit", "", 0); rc != 1 {
 		t.Fatalf("stream rc = %d, want 1 (a test failed)", rc)
 	}
 	for _, want := range []string{"--- FAIL m/a.TestBad", "got 2, want 1", "go: downloading", "FAILED"} {
@@ -102,4 +105,52 @@ func TestBenchRowsSplitAndBenchmarkSkips(t *testing.T) {
 	if r.skip != 1 || len(r.skips["redistest: redis-server not found in PATH"]) != 1 {
 		t.Errorf("skips = %d %v, want BenchmarkRedis with its reason", r.skip, r.skips)
 	}
+}
+
+// TestStreamSaysWhatItWaitsForDuringASilence: a step whose go test prints
+// nothing for longer than the tick gets a progress line naming the step,
+// the packages done and the package whose tests are running; the step's
+// line says what it does.
+func TestStreamSaysWhatItWaitsForDuringASilence(t *testing.T) {
+	pr, pw := io.Pipe()
+	var out syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- stream(pr, &out, filepath.Join(t.TempDir(), "s.jsonl"), "unit-race", "every package under -race (usually 2 min)", 20*time.Millisecond)
+	}()
+	io.WriteString(pw, `{"Action":"start","Package":"m/a"}`+"\n"+`{"Action":"pass","Package":"m/a","Elapsed":0.1}`+"\n"+`{"Action":"start","Package":"m/slow"}`+"\n")
+	// Wait (without a deadline: a busy machine may be slow) until the
+	// ticker has spoken about the running package.
+	for !strings.Contains(out.String(), "tests running in m/slow") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	io.WriteString(pw, `{"Action":"pass","Package":"m/slow","Elapsed":1}`+"\n")
+	pw.Close()
+	if rc := <-done; rc != 0 {
+		t.Fatalf("stream rc %d", rc)
+	}
+	s := out.String()
+	for _, want := range []string{"== unit-race: every package under -race (usually 2 min)\n", "   ... unit-race still running (", "): 1 package done, tests running in m/slow ("} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// syncBuffer is a strings.Builder safe for the stream's ticker and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
