@@ -169,6 +169,19 @@ type proxyFile struct {
 type serverFile struct {
 	ReadHeaderTimeoutMs int64 `yaml:"read_header_timeout_ms"` // client_header_timeout, 60 s
 	IdleTimeoutMs       int64 `yaml:"idle_timeout_ms"`        // keepalive_timeout, 75 s
+	// MaxHeaderBytes bounds the request line and header of one request
+	// (nginx's large_client_header_buffers 4 8k: 32 KiB); over it the
+	// client gets 431 and the connection is closed. Go's own default
+	// (1 MiB) let 1000 connections hold about 850 MB.
+	MaxHeaderBytes int64 `yaml:"max_header_bytes"`
+	// MaxConnections bounds the client connections open at once (nginx's
+	// worker_connections), 4096; -1: none. Over it a connection is
+	// answered 503 and closed.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerIP bounds the connections one client address (IPv6:
+	// one /64) holds open (nginx's limit_conn), 256; -1: none. Peers in
+	// trusted_proxies count only in max_connections.
+	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
 }
 
 // logFile configures the structured log (log/slog, JSON on stderr).
@@ -261,7 +274,11 @@ type proxyConfig struct {
 	underscores                                                      bool
 }
 
-type serverConfig struct{ readHeaderTimeout, idleTimeout time.Duration }
+type serverConfig struct {
+	readHeaderTimeout, idleTimeout time.Duration
+	maxHeaderBytes                 int64
+	maxConns, maxConnsPerIP        int // < 0: no bound
+}
 
 type logConfig struct {
 	access     bool
@@ -280,6 +297,16 @@ const (
 	defaultBodyMemory            = 16 << 10 // nginx's client_body_buffer_size on 64-bit
 	defaultReadHeaderTimeout     = 60 * time.Second
 	defaultIdleTimeout           = 75 * time.Second
+	defaultMaxHeaderBytes        = 32 << 10 // large_client_header_buffers 4 8k
+	defaultMaxConns              = 4096
+	defaultMaxConnsPerIP         = 256
+)
+
+// Bounds of server.max_header_bytes: above Go's read slack (4 KiB, see
+// start) plus a request line, and at most Go's default.
+const (
+	minMaxHeaderBytes = 8 << 10
+	maxMaxHeaderBytes = 1 << 20
 )
 
 // maxMs bounds every *_ms field so that its time.Duration cannot overflow
@@ -405,7 +432,36 @@ func (s serverFile) config() (serverConfig, error) {
 	if c.idleTimeout, err = msField("server.idle_timeout_ms", s.IdleTimeoutMs, defaultIdleTimeout); err != nil {
 		return c, err
 	}
+	switch {
+	case s.MaxHeaderBytes == 0:
+		c.maxHeaderBytes = defaultMaxHeaderBytes
+	case s.MaxHeaderBytes < minMaxHeaderBytes || s.MaxHeaderBytes > maxMaxHeaderBytes:
+		return c, fieldErr("server.max_header_bytes", "must be in [%d, %d] (0: the default %d), got %d",
+			minMaxHeaderBytes, maxMaxHeaderBytes, defaultMaxHeaderBytes, s.MaxHeaderBytes)
+	default:
+		c.maxHeaderBytes = s.MaxHeaderBytes
+	}
+	if c.maxConns, err = connBound("server.max_connections", s.MaxConnections, defaultMaxConns); err != nil {
+		return c, err
+	}
+	if c.maxConnsPerIP, err = connBound("server.max_connections_per_ip", s.MaxConnectionsPerIP, defaultMaxConnsPerIP); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// connBound converts a connection bound: 0 gives def, -1 no bound (-1),
+// otherwise at least 1.
+func connBound(field string, v, def int) (int, error) {
+	switch {
+	case v == 0:
+		return def, nil
+	case v == -1:
+		return -1, nil
+	case v < 0:
+		return 0, fieldErr(field, "must be > 0, or -1 for no bound (0: the default %d), got %d", def, v)
+	}
+	return v, nil
 }
 
 func (l logFile) config() (logConfig, error) {

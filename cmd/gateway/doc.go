@@ -21,7 +21,7 @@
 // untouched by a new key_header or key_budget), and released when the last
 // configuration holding it has drained (a websocket proxied through keeps
 // its configuration's limiters until it closes). The server section
-// (client timeouts) is read at start only. SIGTERM or SIGINT stops
+// (client timeouts and bounds) is read at start only. SIGTERM or SIGINT stops
 // accepting connections and lets requests in flight finish, upgraded
 // (hijacked) connections included, up to -shutdown-timeout.
 //
@@ -44,6 +44,18 @@
 // bounded by memory_limit_mb; keys whose window still holds requests are
 // never evicted. A rule with backend: redis or hybrid shares its limit
 // through rate_limiting.redis with every gateway using that server.
+//
+// Client connections, with nginx-like bounds so that the memory a client
+// can hold is bounded (server section, read at start): a request line and
+// header over max_header_bytes (32 KiB, nginx's large_client_header_buffers
+// 4 8k) get 431 and a malformed one 400, and neither reaches the upstream;
+// connections past max_connections (4096 open) or max_connections_per_ip
+// (256 per address, IPv6 per /64; trusted_proxies exempt) are answered
+// 503 and closed unserved, counted in
+// slidelimit_gateway_connections_refused_total{reason}. 300 connections
+// from one address each holding an unfinished header add about 3 MB (512
+// kB headers: 431 at 32 KiB) to 13 MB (30 kB headers, held) of heap,
+// where Go's defaults let them take 200 MB.
 //
 // Proxying, with nginx's defaults: upstream dial and response-header
 // timeouts (60 s each) answer 504, other upstream failures 502; a response

@@ -34,6 +34,7 @@ import (
 // last generation to drain closes them.
 type gateway struct {
 	upstream *url.URL
+	server   serverConfig // the server section the listener was built with (read at start only)
 	log      *slog.Logger
 	metrics  *metrics
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -156,6 +157,7 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 		return nil, nil, nil, nil, fmt.Errorf("-upstream: %w", err)
 	}
 	g = newGateway(u, log, nil)
+	g.server = c.server
 	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
 	if err := g.load(c); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("config %s: %w", f.config, err)
@@ -173,13 +175,34 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("-listen: %w", err)
 	}
-	srv = &http.Server{
+	ln = newConnLimitListener(ln, c.server.maxConns, c.server.maxConnsPerIP, g.trustedPeer,
+		func(reason string) { g.metrics.connsRefused.WithLabelValues(reason).Inc() })
+	return g, newServer(g, c.server, log), ln, cleanup, nil
+}
+
+// newServer is the client-facing server of g with the server section's
+// settings.
+func newServer(g *gateway, sc serverConfig, log *slog.Logger) *http.Server {
+	return &http.Server{
 		Handler:           g,
-		ReadHeaderTimeout: c.server.readHeaderTimeout,
-		IdleTimeout:       c.server.idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: sc.readHeaderTimeout,
+		IdleTimeout:       sc.idleTimeout,
+		// net/http reads up to MaxHeaderBytes + 4096 bytes (its bufio
+		// slack) of request line and header before it answers 431 and
+		// closes the connection; the slack is taken off so that
+		// max_header_bytes is what a connection can make the gateway
+		// hold. Each header line and value is kept as read until the
+		// request is complete, so this is the bound per connection.
+		MaxHeaderBytes: int(sc.maxHeaderBytes) - 4096,
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	return g, srv, ln, cleanup, nil
+}
+
+// trustedPeer reports whether a is in the running configuration's
+// trusted_proxies (such a peer carries many clients' connections).
+func (g *gateway) trustedPeer(a netip.Addr) bool {
+	gen := g.cur.Load()
+	return gen != nil && isTrusted(a, gen.cfg.trusted)
 }
 
 // reload loads path and swaps it in; a file that does not load or build
@@ -196,9 +219,11 @@ func (g *gateway) reload(path string, srv *http.Server) {
 	}
 	g.metrics.reloads.WithLabelValues("ok").Inc()
 	g.log.Info("configuration reloaded", "config", path, "rules", len(c.opts.Rules))
-	if c.server.readHeaderTimeout != srv.ReadHeaderTimeout || c.server.idleTimeout != srv.IdleTimeout {
-		g.log.Warn("server.* settings change only at restart; the listener keeps its timeouts",
-			"read_header_timeout", srv.ReadHeaderTimeout.String(), "idle_timeout", srv.IdleTimeout.String())
+	if c.server != g.server {
+		g.log.Warn("server.* settings change only at restart; the listener keeps its timeouts and bounds",
+			"read_header_timeout", srv.ReadHeaderTimeout.String(), "idle_timeout", srv.IdleTimeout.String(),
+			"max_header_bytes", g.server.maxHeaderBytes, "max_connections", g.server.maxConns,
+			"max_connections_per_ip", g.server.maxConnsPerIP)
 	}
 }
 

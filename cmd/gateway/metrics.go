@@ -27,6 +27,7 @@ type metrics struct {
 	latency        *prometheus.HistogramVec
 	upstreamErrors *prometheus.CounterVec
 	reloads        *prometheus.CounterVec
+	connsRefused   *prometheus.CounterVec
 }
 
 // engineCollector exports the key table of every in-memory limiter of the
@@ -82,6 +83,13 @@ func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
 			Name: "slidelimit_gateway_config_reloads_total",
 			Help: "Configuration reloads (SIGHUP) by result: ok, or error (the previous configuration kept serving).",
 		}, []string{"result"}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slidelimit_gateway_connections_refused_total",
+			Help: "Client connections answered 503 and closed unserved, by the bound they were over: max_connections or max_connections_per_ip.",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{"max_connections", "max_connections_per_ip"} {
+		m.connsRefused.WithLabelValues(r)
 	}
 	for _, k := range []string{"timeout", "bad_gateway", "body_too_large", "client_gone"} {
 		m.upstreamErrors.WithLabelValues(k)
@@ -89,7 +97,7 @@ func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.latency, m.upstreamErrors, m.reloads,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.latency, m.upstreamErrors, m.reloads, m.connsRefused,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_gateway_requests_in_flight",
 			Help: "Requests being served now.",
