@@ -269,7 +269,7 @@ func onlyMetric(t *testing.T, c prometheus.Collector, name string) prometheus.Co
 type constCollector struct{ m prometheus.Metric }
 
 func (c constCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.Desc() }
-func (c constCollector) Collect(ch chan<- prometheus.Metric)  { ch <- c.m }
+func (c constCollector) Collect(ch chan<- prometheus.Metric) { ch <- c.m }
 
 func TestRetainDropsTheSeriesOfRemovedRules(t *testing.T) {
 	c, err := promlimit.New(promlimit.Options{})
