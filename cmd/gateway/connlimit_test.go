@@ -253,3 +253,18 @@ func TestServerBoundsConfig(t *testing.T) {
 		t.Errorf("%+v, want 65536, -1, -1", s)
 	}
 }
+
+// TestTrustedProxiesCountOnlyInTheTotal: a trusted proxy carries many
+// clients' connections, so max_connections_per_ip does not apply to it.
+func TestTrustedProxiesCountOnlyInTheTotal(t *testing.T) {
+	up, _ := countUpstream(t)
+	addr, _ := startGateway(t, minimal+"  trusted_proxies: [127.0.0.1]\nserver:\n  max_connections_per_ip: 2\n", up.URL)
+	for i := 0; i < 4; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	getUntil200(t, addr)
+}
