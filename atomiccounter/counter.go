@@ -294,13 +294,30 @@ func (c *Counter) ReadyAt(w uint64, now int64) int64 {
 	return max(now, int64(satMul(full+2, c.window)))
 }
 
-// Emptied returns the word that Reset stores: no counts, in now's window.
-// A request at a time behind now reads it as empty too (its window is
-// ahead of the request's, which counts at its start, with nothing in it),
-// so no request of the old state survives the Reset. It is idle from the
-// next window on (see Idle).
-func (c *Counter) Emptied(now int64) uint64 {
+// Emptied returns the word that Reset stores in place of the key's word w:
+// no counts, dated at the later of now's window and w's. A request at a
+// time behind that reads it as empty too (its window is ahead of the
+// request's, which counts at its start, with nothing in it), so no request
+// of the old state survives the Reset. It is idle from the next window on
+// (see Idle).
+//
+// Why the later of the two: w may be dated ahead of now (an early
+// AllowAt, or a request that moved the key into the next window after the
+// Reset read the clock). A Reset word dated at now's window would then be
+// idle from the key's own newest window on, its record could be freed and
+// reused by a key whose words in that window repeat the old key's, and a
+// request of the old key paused before its CAS could succeed on the new
+// key's word. Dated at w's window or later, the word is idle only from the
+// window after every window the old key wrote, and a new key's words are
+// all dated later, so they differ from every old word.
+func (c *Counter) Emptied(w uint64, now int64) uint64 {
 	win, _ := c.At(now)
+	if live(w) {
+		ww, _, _ := Unpack(w)
+		if d := (win - ww) & windowMask; d >= 1<<WindowBits-LateWindows {
+			win += 1<<WindowBits - d // w is ahead of now: its window
+		}
+	}
 	return Pack(win, 0, 0)
 }
 

@@ -65,14 +65,18 @@
 // Key state lives in pointer-free arrays (package shard), so the garbage
 // collector scans almost nothing however many keys are tracked. The bytes
 // of key state stay below Config.MaxMemory (default 256 MiB): New converts
-// it to a key capacity, Config().MaxKeys. Per key: SlidingCounter 18 to 26
-// bytes (a 16-byte slot in a one-level table grown at 7/8 full to 5/8 full,
-// and shrunk back to 5/8 by the sweep when it finds the table under 5/8),
-// SlidingLog 16 bytes of record, 4 x Limit bytes of ring (rounded up to 8)
-// and 5-10 bytes of index. With defaults that is about 10 M SlidingCounter
-// keys, or 2.9 M SlidingLog keys at Limit 16. Deciding on an existing key
-// never allocates; creating one may grow its shard's table (an allocation
-// per growth, geometric, so rare).
+// it to a key capacity, Config().MaxKeys, such that the most the tables can
+// ever hold (shard.TableBytes for SlidingLog) fits. Per key: SlidingCounter
+// 18 to 26 bytes (a 16-byte slot in a one-level table grown at 7/8 full to
+// 5/8 full, and shrunk back to 5/8 by the sweep when it finds the table
+// under 5/8), SlidingLog 16 bytes of record, 4 x Limit bytes of ring
+// (rounded up to 8) and 5-10 bytes of index. With defaults that is about
+// 10 M SlidingCounter keys, or 2.9 M SlidingLog keys at Limit 16. New
+// allocates only the shards and their first, smallest tables (Stats.Bytes
+// counts them); key state is allocated as keys arrive, so a MaxMemory of
+// math.MaxInt64 is a safe "no bound". Deciding on an existing key never
+// allocates; creating one may grow its shard's table (an allocation per
+// growth, geometric, so rare).
 //
 // A key whose window holds nothing is idle. The sweep (every SweepInterval)
 // reclaims idle keys, and a new key that finds the bound reached reuses an
@@ -90,11 +94,16 @@
 // limited; it can only leave further new keys untracked until tracked ones
 // go idle. A key forgotten by Reset, or reclaimed while idle, restarts with
 // an empty window. (Reset of a SlidingLog key frees its record, which
-// counts against the bound until the old window would have emptied, at
-// most one Window; a SlidingCounter key emptied by Reset is reusable from
-// the next window on: see Reset.) The bound covers the tables and the
-// slabs; freed records are chained through their own hash words (or left as
-// tombstones in the one-level table), so they cost nothing on top.
+// counts against the bound until the old window would have emptied: one
+// Window after the key's newest time, rounded up to a seventh of two
+// Windows; a SlidingCounter key emptied by Reset is reusable from the
+// window after its newest on: see Reset. A key's newest time is at most
+// one Window ahead of the clock, see Time, so either is reusable at most
+// about two Windows after the Reset.) The bound covers the tables and the
+// slabs; freed records, those waiting after a Reset included, are chained
+// through their own hash words (or left as tombstones in the one-level
+// table), so they cost nothing on top, and a new key finds a reusable one
+// in constant time however many wait.
 //
 // The bound is on the whole table, not split over shards: a new key can
 // overflow only once Config().MaxKeys keys are tracked (idle ones count
@@ -111,13 +120,16 @@
 // AllowNWithLimitAt), which must come from the Limiter's clock (Now). A
 // key's time never goes back.
 //
-// A caller's time is bounded to within a lead of the clock: 2^28 ticks of
-// Resolution for SlidingLog (4.5 min at 1 µs), 2^20 windows for
-// SlidingCounter (17.5 min at a 1 ms Window). A time further ahead counts
-// at clock+lead, one further behind at clock-lead. The bound is what keeps
-// every time the engine packs (32-bit ticks, 24-bit window numbers)
-// readable, and it keeps one caller's bad time from touching anyone else's
-// key.
+// A caller's time is bounded to at most one Window ahead of the clock and
+// a lead behind it: 2^28 ticks of Resolution for SlidingLog (4.5 min at 1
+// µs), 2^20 windows for SlidingCounter (17.5 min at a 1 ms Window). A time
+// further ahead counts at clock+Window, one further behind at clock-lead.
+// The bound is what keeps every time the engine packs (32-bit ticks, 24-bit
+// window numbers) readable, it keeps one caller's bad time from touching
+// anyone else's key, and it bounds what a bad time does to its own key: a
+// time far in the future (a wall-clock reading, say) dates the key at most
+// one Window ahead, so the key recovers at most two Windows later, and a
+// Reset frees it as soon (a time read from the clock is never ahead of it).
 //
 // A late time (behind the key's newest recorded time: a goroutine that read
 // the clock before a concurrent one and lost the race, a preempted
@@ -129,7 +141,7 @@
 // which only a goroutine descheduled for that long between reading the
 // clock and deciding can exceed.
 //
-// An early time (ahead of the clock, within the lead) counts at that time:
+// An early time (ahead of the clock, within one Window) counts at that time:
 // the key's newest time moves there, and later requests at the clock's
 // time are late and count at it. It affects its own key only: every time
 // the engine reclaims by (sweeps, lazy reuse) is a clock reading.

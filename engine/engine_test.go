@@ -90,12 +90,14 @@ func TestParseAlgorithm(t *testing.T) {
 // The conformance vector of the design documents.
 func TestConformanceVector(t *testing.T) {
 	for _, penalty := range []bool{false} {
-		l := newLimiter(t, Config{Algorithm: SlidingLog, Limit: 2, Window: time.Second, Clock: &fakeClock{}, Penalty: penalty})
+		clk := &fakeClock{}
+		l := newLimiter(t, Config{Algorithm: SlidingLog, Limit: 2, Window: time.Second, Clock: clk, Penalty: penalty})
 		steps := []struct {
 			ms    int64
 			allow bool
 		}{{0, true}, {999, true}, {1000, false}, {1001, true}, {1002, false}, {1999, false}, {2000, true}}
 		for _, s := range steps {
+			clk.t.Store(s.ms * 1e6)
 			if got := l.AllowAt("bob", s.ms*1e6).Allowed; got != s.allow {
 				t.Fatalf("request at %d ms: allowed=%v, want %v", s.ms, got, s.allow)
 			}
@@ -116,6 +118,9 @@ type allowStep struct {
 func runSteps(t *testing.T, l *Limiter, key string, steps []allowStep) {
 	t.Helper()
 	for i, s := range steps {
+		if clk, ok := l.cfg.Clock.(*fakeClock); ok {
+			clk.t.Store(int64(s.at)) // the steps' times are the clock's
+		}
 		d := l.AllowNAt(key, s.n, int64(s.at))
 		want := Decision{Allowed: s.allowed, Limit: l.Config().Limit, Remaining: s.remaining, RetryAfter: s.retry, ResetAfter: s.reset}
 		if d != want {
@@ -239,13 +244,15 @@ func TestCounterMatchesModel(t *testing.T) {
 		limit := 1 + r.IntN(100)
 		window := time.Duration(1+r.IntN(3000)) * time.Millisecond
 		penalty := r.IntN(4) == 0
-		l := newLimiter(t, Config{Algorithm: SlidingCounter, Limit: limit, Window: window, Clock: &fakeClock{}, Penalty: penalty})
+		clk := &fakeClock{}
+		l := newLimiter(t, Config{Algorithm: SlidingCounter, Limit: limit, Window: window, Clock: clk, Penalty: penalty})
 		m := newCounterModel(limit, window, penalty)
 		now := int64(0)
 		for step := 0; step < 200; step++ {
 			if r.IntN(3) > 0 {
 				now += r.Int64N(int64(window)/int64(limit)*2 + 2)
 			}
+			clk.t.Store(now)
 			key := fmt.Sprint("k", r.IntN(3))
 			n := 1
 			if r.IntN(5) == 0 {
@@ -585,8 +592,10 @@ func TestLongIdleKeyStartsEmpty(t *testing.T) {
 		{SlidingCounter, 5, time.Millisecond, 280 * time.Minute}, // 2^24 windows of 1 ms
 	}
 	for _, c := range cases {
-		l := newLimiter(t, Config{Algorithm: c.a, Limit: c.limit, Window: c.window, Clock: &fakeClock{}})
+		clk := &fakeClock{}
+		l := newLimiter(t, Config{Algorithm: c.a, Limit: c.limit, Window: c.window, Clock: clk})
 		l.AllowNAt("k", c.limit, 0)
+		clk.t.Store(int64(c.later))
 		d := l.AllowNAt("k", c.limit, int64(c.later))
 		if !d.Allowed || d.Remaining != 0 {
 			t.Errorf("%v: after %v idle, AllowN(Limit) = %+v, want allowed", c.a, c.later, d)

@@ -15,13 +15,15 @@ func (c *stepClock) Now() int64 { return c.t }
 // The exact algorithm on the design documents' conformance vector: Limit 2
 // per second.
 func Example() {
-	l, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 2, Window: time.Second, Clock: &stepClock{}})
+	clk := &stepClock{}
+	l, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 2, Window: time.Second, Clock: clk})
 	if err != nil {
 		panic(err)
 	}
 	defer l.Close()
 	for _, ms := range []int64{0, 999, 1000, 1001, 1002, 1999, 2000} {
-		d := l.AllowAt("bob", ms*int64(time.Millisecond))
+		clk.t = ms * int64(time.Millisecond)
+		d := l.AllowAt("bob", l.Now())
 		fmt.Printf("%4d ms: allowed=%-5v remaining=%d retry=%v\n", ms, d.Allowed, d.Remaining, d.RetryAfter)
 	}
 	// Output:
@@ -44,9 +46,11 @@ func ExampleLimiter_AllowNAt() {
 	}
 	defer l.Close()
 	sec := int64(time.Second)
-	fmt.Println(l.AllowNAt("tenant-7", 100, 0).Allowed)    // fills the first window
-	fmt.Println(l.AllowNAt("tenant-7", 1, 30*sec).Allowed) // same window: over the limit
-	d := l.AllowNAt("tenant-7", 10, 75*sec)                // 25% into the next: 100*0.75 + 10 <= 100
+	fmt.Println(l.AllowNAt("tenant-7", 100, l.Now()).Allowed) // fills the first window
+	clk.t = 30 * sec
+	fmt.Println(l.AllowNAt("tenant-7", 1, l.Now()).Allowed) // same window: over the limit
+	clk.t = 75 * sec
+	d := l.AllowNAt("tenant-7", 10, l.Now()) // 25% into the next: 100*0.75 + 10 <= 100
 	fmt.Println(d.Allowed, d.Remaining)
 	// Output:
 	// true

@@ -42,10 +42,13 @@ type Limiter struct {
 	guard    int64 // ns between guaranteed sweeps, in clock time
 	sweepMu  sync.Mutex
 
-	// A caller's time is bounded to within lead of the clock (see at):
-	// horizon is the latest reading of a Config.Clock the Limiter noted.
-	horizon atomic.Int64
-	lead    int64
+	// A caller's time is bounded to within lead behind and ahead in front
+	// of the clock (see at): horizon is the latest reading of a
+	// Config.Clock the Limiter noted, at most noteStep behind the clock.
+	horizon  atomic.Int64
+	lead     int64
+	ahead    int64
+	noteStep int64
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -100,10 +103,6 @@ func (s *stats) count(allowed bool) {
 	}
 }
 
-// indexBytesPerKey is the worst-case index cost of a key: 4-byte entries at
-// a load factor of 0.4 (just after the index doubled at 0.8).
-const indexBytesPerKey = 10
-
 // chunkBytes is the size of one slab chunk; a shard allocates its slab in
 // such chunks as keys arrive.
 const chunkBytes = 64 << 10
@@ -133,6 +132,12 @@ func New(cfg Config) (*Limiter, error) {
 		l.guard = satMul(1<<22, int64(c.Window))
 		l.lead = satMul(atomiccounter.LateWindows/4, int64(c.Window))
 	}
+	// A time ahead of the clock dates its key ahead, and a key is not
+	// reclaimed (nor, after a Reset, its record reused) before its newest
+	// time is a Window old: one Window ahead at most keeps both within two
+	// Windows of the clock (see Time in the package doc).
+	l.ahead = min(l.lead, l.window)
+	l.noteStep = max(1, min(l.lead/8, l.ahead))
 	l.sweepDue.Store(l.guard)
 	now := func() int64 { return l.rel(l.Now()) }
 	if c.Algorithm == SlidingCounter {
@@ -153,19 +158,24 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.flat = f
 	} else {
-		recBytes := int64(shard.RecordRingBytes(slots))
-		perShard := (c.MaxMemory/int64(c.Shards) - chunkBytes - 4*64) / (recBytes + indexBytesPerKey)
-		if perShard < 1 {
-			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
-				c.MaxMemory, c.Shards, recBytes, int64(c.Shards)*(chunkBytes+4*64+recBytes+indexBytesPerKey))
-		}
-		maxKeys := min(perShard*int64(c.Shards), int64(c.Shards)*shard.MaxRecordsPerShard)
+		sc := shard.Config{Shards: c.Shards, SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
+			Idle: l.idle, Now: now, Transient: ring.Resetting, Rescan: max(l.window/8, 1),
+			// Forget defers a record to its key's newest time (at most ahead
+			// past the clock) plus Wq+1 ticks, plus a tick of rounding.
+			DeferSpan: satAdd(l.ahead, satMul(int64(l.wq)+2, l.res))}
+		hi := int64(c.Shards) * shard.MaxRecordsPerShard
 		if c.MaxKeys > 0 {
-			maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+			hi = min(hi, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+		}
+		maxKeys := logKeys(sc, hi, c.MaxMemory)
+		if maxKeys < 1 {
+			sc.MaxKeys = 1
+			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
+				c.MaxMemory, c.Shards, shard.RecordRingBytes(slots), shard.TableBytes(sc))
 		}
 		l.cfg.MaxKeys = int(maxKeys)
-		l.table = shard.New(shard.Config{Shards: c.Shards, MaxKeys: int(maxKeys), SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
-			Idle: l.idle, Now: now, Transient: ring.Resetting, Rescan: max(l.window/8, 1)})
+		sc.MaxKeys = int(maxKeys)
+		l.table = shard.New(sc)
 	}
 	if l.clock == nil {
 		coarseAcquire()
@@ -176,6 +186,35 @@ func New(cfg Config) (*Limiter, error) {
 	l.swept.Add(1)
 	go l.sweepLoop()
 	return l, nil
+}
+
+// logKeys returns the largest key bound k <= hi whose Table (config sc with
+// MaxKeys k) stays within maxMemory bytes however its keys come and go
+// (shard.TableBytes), or 0 if not even one key fits. Nothing is allocated
+// up front (shard.New makes a shard's struct and a 16-entry index; records
+// come in chunks as keys arrive), so a huge MaxMemory costs nothing until
+// keys come.
+func logKeys(sc shard.Config, hi, maxMemory int64) int64 {
+	fits := func(k int64) bool {
+		sc.MaxKeys = int(k)
+		return shard.TableBytes(sc) <= maxMemory
+	}
+	if fits(hi) {
+		return hi
+	}
+	// fits(lo) holds, fits(hi) does not. TableBytes grows with k but for
+	// steps of the chunk layout, so the search may settle a little below
+	// the largest k that fits; every k it returns fits.
+	lo := int64(0)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
 }
 
 // resolution returns the SlidingLog tick: the smallest power of ten of
@@ -208,7 +247,7 @@ func (l *Limiter) Now() int64 {
 		// store only when the reading is an eighth of the lead past the
 		// last one noted: the line is read by every AllowAt and written
 		// rarely.
-		if rel := l.rel(n); rel > satAdd(l.horizon.Load(), l.lead/8) {
+		if rel := l.rel(n); rel > satAdd(l.horizon.Load(), l.noteStep) {
 			l.noteHorizon(rel)
 		}
 		return n
@@ -234,7 +273,7 @@ func (l *Limiter) noteHorizon(rel int64) int64 {
 // reading, fresh within ClockRefresh), for a Config.Clock the latest
 // reading the Limiter made
 // (Now, which every decision without an explicit time, the sweep and at's
-// slow path call), at most an eighth of the lead behind it.
+// slow path call), at most noteStep (ahead or less) behind it.
 func (l *Limiter) horizonNow() int64 {
 	if l.clock == nil {
 		return l.rel(l.Now())
@@ -243,16 +282,19 @@ func (l *Limiter) horizonNow() int64 {
 }
 
 // at converts a caller's time (AllowAt and friends) to ns since the epoch,
-// bounded to within the lead of the clock (see Time in the package doc):
-// a time further ahead counts at clock+lead, one further behind at
-// clock-lead. Within the bound (the common case) it costs a load of the
-// latest clock reading seen and two comparisons; outside it, a clock read.
+// bounded to within ahead (one Window) in front of the clock and lead
+// behind it (see Time in the package doc): a time further ahead counts at
+// clock+ahead, one further behind at clock-lead. Within the bound (the
+// common case) it costs a load of the latest clock reading seen and two
+// comparisons; outside it, a clock read.
 func (l *Limiter) at(now int64) int64 {
 	rel := l.rel(now)
-	// Within [h-lead, h+lead] of a reading h at most lead/8 old, rel is
-	// within lead+lead/8 of the clock, far inside the lateness bound
-	// (4 x lead) that the bound protects.
-	if h := l.horizonNow(); rel <= satAdd(h, l.lead) && rel >= h-l.lead {
+	// A reading h is at most noteStep <= ahead old, so a time within
+	// [h-lead, h+ahead] is within lead+noteStep behind the clock, far
+	// inside the lateness bound (4 x lead) that the bound protects, and at
+	// most ahead in front of it. A time read from the clock is never past
+	// the clock, so it takes the fast path unless the horizon is stale.
+	if h := l.horizonNow(); rel <= satAdd(h, l.ahead) && rel >= h-l.lead {
 		return rel
 	}
 	return l.atSlow(rel)
@@ -260,7 +302,7 @@ func (l *Limiter) at(now int64) int64 {
 
 func (l *Limiter) atSlow(rel int64) int64 {
 	c := l.noteHorizon(l.rel(l.Now()))
-	return min(max(rel, c-l.lead), satAdd(c, l.lead))
+	return min(max(rel, c-l.lead), satAdd(c, l.ahead))
 }
 
 // rel converts a time of the Limiter's clock to ns since the epoch.
@@ -715,14 +757,17 @@ func (l *Limiter) peekCounter(key string, rel int64) Decision {
 
 // Reset forgets key's state: its next request starts on an empty window.
 //
-// SlidingCounter empties the key's word in place; the emptied key is idle
-// (the sweep or lazy reuse may free it) from the next window on, not in
-// its own, where a new key's words could repeat the ones it had. SlidingLog
+// SlidingCounter empties the key's word in place, dated at the key's newest
+// window if that is ahead of the clock's; the emptied key is idle (the
+// sweep or lazy reuse may free it) from the window after that on, not in
+// it, where a new key's words could repeat the ones it had. SlidingLog
 // cannot empty a ring in place without breaking the ring's only-raise rule
 // that keeps late writers harmless, so it frees the key's record; the
 // record is reused (for any key) only once the old state would have
-// emptied by itself, at most one Window later, and until then it counts
-// against the key bound.
+// emptied by itself, one Window after the key's newest time (rounded up to
+// a seventh of two Windows), and until then it counts against the key
+// bound. A key's newest time is at most one Window ahead of the clock, so
+// either is free for reuse at most about two Windows after the Reset.
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) {
@@ -735,7 +780,6 @@ func (l *Limiter) Reset(key string) {
 		return
 	}
 	h := l.flat.Hash(key)
-	emptied := l.counter.Emptied(rel)
 	for {
 		s, rec := l.flat.Lookup(h)
 		if rec == nil {
@@ -756,7 +800,8 @@ func (l *Limiter) Reset(key string) {
 				s.Unlock()
 				break
 			}
-			if rec.State.CompareAndSwap(w, emptied) {
+			// Dated no earlier than w's window: see Emptied.
+			if rec.State.CompareAndSwap(w, l.counter.Emptied(w, rel)) {
 				l.flat.ClearIdleHint(h) // the key is idle two windows on: let lazy reuse see it
 				return
 			}

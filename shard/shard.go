@@ -98,7 +98,23 @@
 // SlidingLog key): it is reusable only from the time its old state would
 // have emptied (deferred), so late writers still find newer values.
 //
+// Deferred records wait in a small timing wheel of deferBuckets lists per
+// shard, chained through their own Hash words like the free list: a record
+// costs nothing on top of its slab while it waits (so the memory bound
+// covers it), Release and Alloc do a constant amount of work whatever the
+// number of deferred records, and any record whose time has come is
+// reusable, not only the oldest. A bucket holds the records whose readyAt
+// rounds up to one multiple of the bucket width (Config.DeferSpan / 7); it
+// is reusable as a whole once that multiple has passed, so a record waits
+// at most a bucket width past its readyAt.
+//
 // # Capacity
+//
+// Nothing is allocated per key up front: a shard starts with its struct
+// and a 16-entry index, and allocates chunks of records (and grows the
+// directory that points to them) as keys arrive. TableBytes is the most
+// bytes a Table of a Config can reach; package engine sizes MaxKeys so
+// that it stays within Config.MaxMemory.
 //
 // Config.MaxKeys bounds the records handed out in the whole Table (a global
 // count, not a per-shard split), so a new key overflows only when MaxKeys
@@ -142,6 +158,15 @@ const RecordBytes = int(unsafe.Sizeof(Record{}))
 // slotsPer ticks (padded to whole words).
 func RecordRingBytes(slotsPer int) int { return 8 * (2 + (slotsPer+1)/2) }
 
+// chunkDir is a shard's directory of chunks. It only grows: a new chunk is
+// appended (into spare capacity, or into a copy twice the size) and the
+// new directory is published with one atomic store, so a reader holding an
+// older directory still finds every chunk it can name (its references are
+// below that directory's length, see Record).
+type chunkDir struct {
+	c []*chunk
+}
+
 // chunk is a block of records, each followed by its ring: record r of the
 // chunk is words [r*stride, r*stride+2) (State, Hash) and its ring of
 // SlotsPer uint32 ticks the words after them, so the head word and the
@@ -172,6 +197,11 @@ type Config struct {
 	Free         uint64 // State word of a record that holds no key
 	ChunkBytes   int    // target bytes per chunk; 0 means 64 KiB
 	PreallocKeys int    // records to allocate up front (rounded to chunks); 0 for none
+	// DeferSpan is the longest a record freed by Forget can wait to be
+	// reusable (readyAt - now in Release); it sets the width of the
+	// deferred records' buckets, DeferSpan/7 (see Reclamation). A record
+	// deferred further is still never reused early, only later. 0 means 1.
+	DeferSpan int64
 
 	// Idle reports whether state word w holds nothing that counts at time
 	// now or later, and if it does, from when on it will not (readyAt).
@@ -205,6 +235,7 @@ type Table struct {
 	now        func() int64
 	transient  func(w uint64) bool
 	rescan     int64
+	deferWidth int64         // ns of readyAt per deferred bucket
 	reclaimed  atomic.Uint64 // records freed by tryFree
 }
 
@@ -222,8 +253,8 @@ type Shard struct {
 // shardRead is read by every lookup, written only under mu (and rarely):
 // index growth and chunk allocation.
 type shardRead struct {
-	index  atomic.Pointer[index]
-	chunks []atomic.Pointer[chunk]
+	index atomic.Pointer[index]
+	dir   atomic.Pointer[chunkDir]
 }
 
 // shardWrite is the writer side, under mu.
@@ -235,32 +266,29 @@ type shardWrite struct {
 	allocated uint32       // records handed out of chunks so far (bump pointer)
 	freeHead  uint32       // first free record + 1 (0: none); the list runs through the records' Hash words
 	freeReady int64        // latest time a record on the free list became reusable
-	deferred  []Deferred   // records reusable from a given time on, oldest first
 	cursor    uint32       // where the next reclaim scan starts
 	idleHint  int64        // no idle record expected before this time (lazy reuse skips scans)
+	deferred  [deferBuckets]deferBucket
 }
 
-// Deferred is a freed record that may be reused from ReadyAt on.
-type Deferred struct {
-	Ref     uint32
-	ReadyAt int64
+// deferBuckets is the number of buckets of a shard's timing wheel of
+// deferred records (see Reclamation): with DeferSpan/(deferBuckets-1) per
+// bucket, a bucket's slot is taken again only by records due
+// deferBuckets widths later, when the ones it held are reusable.
+const deferBuckets = 8
+
+// deferBucket is a list of deferred records, chained through their Hash
+// words (ref+1 of the next, 0 at the end), all reusable from until on.
+type deferBucket struct {
+	head, tail uint32 // ref+1; 0: empty
+	until      int64
 }
 
 // New returns an empty Table.
 func New(c Config) *Table {
 	n := c.Shards
-	fair := max(1, (c.MaxKeys+n-1)/n)
-	per := max(1, min(c.MaxKeys, 4*fair+64, MaxRecordsPerShard))
-	recBytes := RecordRingBytes(c.SlotsPer)
-	stride := recBytes / 8
-	cb := c.ChunkBytes
-	if cb <= 0 {
-		cb = 64 << 10
-	}
-	rpc := 1
-	for rpc*2*recBytes <= cb && rpc*2 <= fair {
-		rpc *= 2
-	}
+	rpc, per := layout(c)
+	stride := RecordRingBytes(c.SlotsPer) / 8
 	shift := uint32(0)
 	for 1<<shift < rpc {
 		shift++
@@ -280,19 +308,57 @@ func New(c Config) *Table {
 		now:        c.Now,
 		transient:  c.Transient,
 		rescan:     max(c.Rescan, 1),
+		deferWidth: max(1, (c.DeferSpan+deferBuckets-2)/(deferBuckets-1)),
 	}
-	nchunks := (per + rpc - 1) / rpc
 	pre := (c.PreallocKeys + n - 1) / n
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.chunks = make([]atomic.Pointer[chunk], nchunks)
+		s.dir.Store(&chunkDir{})
 		ix := newIndex(minIndex)
 		s.index.Store(ix)
-		s.bytes.Store(int64(4 * len(ix.e)))
+		s.bytes.Store(ShardBytes + int64(4*len(ix.e)))
 		for int(s.allocatedCap(t)) < pre && s.growChunks(t) {
 		}
 	}
 	return t
+}
+
+// ShardBytes is the size of a Shard: its struct, counted in Bytes.
+const ShardBytes = int64(unsafe.Sizeof(Shard{}))
+
+// layout returns the records per chunk (a power of two) and the ceiling of
+// one shard for a Config.
+func layout(c Config) (rpc, per int) {
+	n := c.Shards
+	fair := max(1, (c.MaxKeys+n-1)/n)
+	per = max(1, min(c.MaxKeys, 4*fair+64, MaxRecordsPerShard))
+	recBytes := RecordRingBytes(c.SlotsPer)
+	cb := c.ChunkBytes
+	if cb <= 0 {
+		cb = 64 << 10
+	}
+	rpc = 1
+	for rpc*2*recBytes <= cb && rpc*2 <= fair {
+		rpc *= 2
+	}
+	return rpc, per
+}
+
+// TableBytes returns the most bytes (Bytes summed over shards) a Table of
+// Config c can hold, without PreallocKeys: per shard its struct, an index
+// of at most max(64, 10 x its keys) bytes (4-byte entries, at least 16,
+// doubled at a load of 0.8), the chunks of the records handed out to it
+// (whole chunks: up to a chunk less one record of slack) and a directory
+// of at most twice its chunks (at least 4) pointers. Records handed out
+// in all shards are at most c.MaxKeys; deferred and free records are among
+// them.
+func TableBytes(c Config) int64 {
+	rpc, _ := layout(c)
+	n, k := int64(c.Shards), int64(c.MaxKeys)
+	rec := int64(RecordRingBytes(c.SlotsPer))
+	perShard := ShardBytes + 64 + 10 + int64(rpc-1)*rec + 8*4 + 16
+	chunks := (k + int64(rpc) - 1) / int64(rpc)
+	return n*perShard + k*(rec+10) + 16*chunks
 }
 
 func newIndex(size int) *index {
@@ -322,7 +388,7 @@ func tag(h uint64) uint32  { return uint32(h>>56) << tagShift }
 
 // Record returns record ref of shard s and its ring slots.
 func (t *Table) Record(s *Shard, ref uint32) (*Record, []atomic.Uint32) {
-	c := s.chunks[ref>>t.chunkShift].Load()
+	c := s.dir.Load().c[ref>>t.chunkShift]
 	w := c.words[(ref&t.chunkMask)*t.stride:]
 	// Safety: a record is the two words at w[0:2], its ring the 4*slotsPer
 	// bytes after them, inside the chunk (stride covers both); the chunk
@@ -399,34 +465,38 @@ func (t *Table) Find(s *Shard, h uint64) (ref uint32, ok bool) {
 }
 
 func (s *Shard) allocatedCap(t *Table) uint32 {
-	n := uint32(0)
-	for i := range s.chunks {
-		if s.chunks[i].Load() == nil {
-			break
-		}
-		n += t.chunkMask + 1
-	}
-	return n
+	return uint32(len(s.dir.Load().c)) << t.chunkShift
 }
 
-// growChunks allocates the next chunk; false when the shard is at its bound.
+// growChunks allocates the next chunk; false when the shard is at its
+// ceiling. Under the lock (or before the Table is shared).
 func (s *Shard) growChunks(t *Table) bool {
-	for i := range s.chunks {
-		if s.chunks[i].Load() != nil {
-			continue
-		}
-		rpc := int(t.chunkMask + 1)
-		c := &chunk{words: make([]atomic.Uint64, rpc*int(t.stride))}
-		if t.free != 0 {
-			for j := 0; j < rpc; j++ {
-				c.words[j*int(t.stride)].Store(t.free) // State is a record's first word
-			}
-		}
-		s.chunks[i].Store(c)
-		s.bytes.Add(int64(rpc * 8 * int(t.stride)))
-		return true
+	d := s.dir.Load()
+	if s.allocatedCap(t) >= t.perShard {
+		return false
 	}
-	return false
+	rpc := int(t.chunkMask + 1)
+	c := &chunk{words: make([]atomic.Uint64, rpc*int(t.stride))}
+	if t.free != 0 {
+		for j := 0; j < rpc; j++ {
+			c.words[j*int(t.stride)].Store(t.free) // State is a record's first word
+		}
+	}
+	grown := int64(rpc * 8 * int(t.stride))
+	cs := d.c
+	if len(cs) == cap(cs) {
+		// A new backing array twice the size; the old one stays valid for
+		// readers that hold the old directory.
+		nc := make([]*chunk, len(cs), max(4, 2*cap(cs)))
+		copy(nc, cs)
+		grown += int64(8 * (cap(nc) - cap(cs)))
+		cs = nc
+	}
+	// Appending into spare capacity writes an element no published
+	// directory covers; the store of the new directory publishes it.
+	s.dir.Store(&chunkDir{c: append(cs, c)})
+	s.bytes.Add(grown)
+	return true
 }
 
 // Alloc hands out a record for a new key, in this order: a freed one, a
@@ -438,21 +508,23 @@ func (s *Shard) growChunks(t *Table) bool {
 // (0 for a fresh record); the caller must not date the new key's state
 // earlier. ok is false when none is available. Under the lock.
 func (t *Table) Alloc(s *Shard, now int64) (ref uint32, readyAt int64, ok bool) {
+	if s.freeHead == 0 {
+		// Deferred records whose time has come: a constant number of
+		// buckets to look at, whatever the number of records they hold.
+		for i := range s.deferred {
+			if b := &s.deferred[i]; b.head != 0 && b.until <= now {
+				t.spliceFree(s, b)
+			}
+		}
+	}
 	if s.freeHead != 0 {
 		ref = s.freeHead - 1
 		rec, _ := t.Record(s, ref)
 		s.freeHead = uint32(rec.Hash.Load())
 		return ref, s.freeReady, true
 	}
-	for i, d := range s.deferred {
-		if d.ReadyAt <= now {
-			s.deferred = append(s.deferred[:i], s.deferred[i+1:]...)
-			s.bytes.Add(-int64(unsafe.Sizeof(d)))
-			return d.Ref, d.ReadyAt, true
-		}
-	}
 	if s.allocated < t.perShard && t.reserve() {
-		if c := s.chunks[s.allocated>>t.chunkShift].Load(); c == nil && !s.growChunks(t) {
+		if s.allocated >= s.allocatedCap(t) && !s.growChunks(t) {
 			t.allocated.Add(-1)
 			return 0, 0, false
 		}
@@ -724,11 +796,44 @@ func (t *Table) Release(s *Shard, ref uint32, readyAt, now int64) {
 		s.freeReady = max(s.freeReady, readyAt)
 		return
 	}
-	// Deferred records are rare (a Reset of an active key); each costs an
-	// entry here, counted in Bytes. ReadyAt is at most one window ahead, so
-	// the list stays nearly sorted and Alloc looks at its head only.
-	s.deferred = append(s.deferred, Deferred{Ref: ref, ReadyAt: readyAt})
-	s.bytes.Add(int64(unsafe.Sizeof(Deferred{})))
+	// Into the bucket of readyAt rounded up to a multiple of the width
+	// (see Reclamation). The bucket's slot may still hold records due
+	// deferBuckets or more widths earlier: with readyAt at most DeferSpan
+	// = (deferBuckets-1) widths past now, those are reusable by now, so
+	// they move to the free list first. A bucket of any other time (a
+	// readyAt past DeferSpan, which the caller does not produce) merges,
+	// reusable at the later time of the two: never early.
+	e := readyAt / t.deferWidth
+	if e*t.deferWidth < readyAt {
+		e++
+	}
+	until := e * t.deferWidth
+	if until < readyAt { // overflowed: the latest time there is
+		until = 1<<63 - 1
+	}
+	b := &s.deferred[e%deferBuckets]
+	if b.head != 0 && b.until != until && b.until <= now {
+		t.spliceFree(s, b)
+	}
+	rec, _ := t.Record(s, ref)
+	rec.Hash.Store(0)
+	if b.head == 0 {
+		b.head, b.until = ref+1, until
+	} else {
+		last, _ := t.Record(s, b.tail-1)
+		last.Hash.Store(uint64(ref + 1))
+		b.until = max(b.until, until)
+	}
+	b.tail = ref + 1
+}
+
+// spliceFree moves the records of bucket b to the free list. Under the lock.
+func (t *Table) spliceFree(s *Shard, b *deferBucket) {
+	last, _ := t.Record(s, b.tail-1)
+	last.Hash.Store(uint64(s.freeHead))
+	s.freeHead = b.head
+	s.freeReady = max(s.freeReady, b.until)
+	b.head, b.tail = 0, 0
 }
 
 // Allocated returns how many records of s have been handed out so far.

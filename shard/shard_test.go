@@ -220,3 +220,110 @@ func TestForgetWaitsForTransientState(t *testing.T) {
 		t.Fatalf("state after Forget = %d, want Free", s)
 	}
 }
+
+// Records deferred by Release wait in buckets of DeferSpan/7: none is
+// handed out before its readyAt, each is handed out within a bucket width
+// after it, in any order of readyAt (not only the oldest first), and they
+// cost no bytes while they wait.
+func TestDeferredRecordsReusableInAnyOrder(t *testing.T) {
+	const span = 7000
+	const width = span / 7
+	tb := New(Config{Shards: 1, MaxKeys: 500, SlotsPer: 2, Free: 7, DeferSpan: span})
+	s := tb.ShardAt(0)
+	s.Lock()
+	defer s.Unlock()
+	for i := 0; i < 500; i++ {
+		if _, _, ok := tb.Alloc(s, 0); !ok {
+			t.Fatalf("alloc %d failed", i)
+		}
+	}
+	bytes := s.Bytes()
+	r := rand.New(rand.NewPCG(1, 2))
+	ready := map[uint32]int64{}
+	now := int64(1000)
+	for ref := uint32(0); ref < 500; ref++ {
+		at := now + 1 + r.Int64N(span)
+		ready[ref] = at
+		tb.Release(s, ref, at, now)
+		if r.IntN(10) == 0 {
+			now += r.Int64N(50) // Releases happen over time, at clock readings
+		}
+	}
+	if s.Bytes() != bytes {
+		t.Fatalf("deferring 500 records took the shard from %d to %d bytes", bytes, s.Bytes())
+	}
+	for ; len(ready) > 0; now += 37 {
+		for {
+			ref, got, ok := tb.Alloc(s, now)
+			if !ok {
+				break
+			}
+			want, found := ready[ref]
+			if !found {
+				t.Fatalf("record %d handed out twice", ref)
+			}
+			if want > now || got < want {
+				t.Fatalf("record %d ready at %d handed out at %d (readyAt %d)", ref, want, now, got)
+			}
+			delete(ready, ref)
+		}
+		for ref, at := range ready {
+			if at+width < now {
+				t.Fatalf("record %d ready at %d still waiting at %d (bucket width %d)", ref, at, now, width)
+			}
+		}
+	}
+}
+
+// Bytes never passes TableBytes, whatever keys come and go (inserts at the
+// bound, Forgets that defer records, reuse), and a Table costs only its
+// shards and their first indexes before any key arrives, whatever MaxKeys.
+func TestBytesWithinTableBytes(t *testing.T) {
+	for _, c := range []Config{
+		{Shards: 4, MaxKeys: 3000, SlotsPer: 1},
+		{Shards: 1, MaxKeys: 300, SlotsPer: 16},
+		{Shards: 8, MaxKeys: 5, SlotsPer: 3},
+		{Shards: 2, MaxKeys: 40, SlotsPer: 20000},
+	} {
+		c.Free = 7
+		c.Idle = func(w uint64, now int64) (bool, int64) { return false, now + 100 }
+		c.Now = func() int64 { return 0 }
+		c.DeferSpan = 100
+		tb := New(c)
+		bound := TableBytes(c)
+		total := func() (n int64) {
+			for i := 0; i < tb.Shards(); i++ {
+				n += tb.ShardAt(i).Bytes()
+			}
+			return n
+		}
+		if b := total(); b != int64(c.Shards)*(ShardBytes+4*minIndex) {
+			t.Fatalf("%+v: %d bytes with no keys", c, b)
+		}
+		r := rand.New(rand.NewPCG(3, 4))
+		var live []uint64
+		for step := 0; step < 20*c.MaxKeys; step++ {
+			if r.IntN(3) > 0 || len(live) == 0 {
+				h := r.Uint64() | 1<<63
+				s := tb.Shard(h)
+				s.Lock()
+				if ref, _, ok := tb.Alloc(s, int64(step)); ok {
+					rec, _ := tb.Record(s, ref)
+					rec.Hash.Store(h)
+					rec.State.Store(1)
+					tb.Insert(s, h, ref)
+					live = append(live, h)
+				}
+				s.Unlock()
+			} else {
+				i := r.IntN(len(live))
+				tb.Forget(live[i], int64(step))
+				live[i] = live[len(live)-1]
+				live = live[:len(live)-1]
+			}
+			if b := total(); b > bound {
+				t.Fatalf("%+v: step %d: %d bytes, past TableBytes %d", c, step, b, bound)
+			}
+		}
+	}
+}
