@@ -1,101 +1,160 @@
 package redisstore
 
 import (
-	"math"
+	"context"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// serverClock estimates, from the server TIME that every script returns, a
-// lower bound of offset = server clock - this process's wall clock (µs), so
-// that a call's deadline can be handed to Redis in the server's own clock
-// and the script can refuse work that arrives after it (see "Deadlines" in
-// the package documentation).
+// nodeClock estimates, for one server, a lower bound of offset = server
+// clock - this process's wall clock (µs), so that a call's deadline can be
+// handed to Redis in the server's own clock and the script can refuse work
+// that arrives after it (see "Deadlines" in the package documentation).
 //
 // A reply read at local time recv carries the server's time S, taken while
 // the script ran, so before recv: S - recv <= offset (minus a microsecond
 // for truncation). The estimate is the largest such bound seen in the
 // current period of clockPeriod (the fastest reply's), so it is never above
-// the true offset while the server's clock does not step back against ours;
-// a step back, or a failover to a server whose clock is behind, is
-// forgotten when the period ends. A bound that falls short of the offset by
-// the return trip of the fastest reply only makes Redis refuse a call that
-// close to its deadline; its reply could not have come back in time anyway.
+// the true offset while the server's clock does not step back against ours.
+// It is trusted only while it is fresh: learned in the current period or
+// the one before (at most 2 x clockPeriod ago). A stale or missing one is
+// refreshed by reading the server's TIME before the call (one more round
+// trip, see Store.eval), so a step back of the server's clock, or a
+// failover to a server whose clock is behind, is forgotten within two
+// periods whether or not calls kept coming. A bound that falls short of
+// the offset by the return trip of the fastest reply only makes Redis
+// refuse a call that close to its deadline; its reply could not have come
+// back in time anyway.
 //
-// A single server has one estimate. A cluster or a Ring has one per hash
-// tag (a tag names one slot, so one server: see keyspace), because their
-// servers' clocks differ; a tag with no reply yet uses the estimate from
-// any server, and before any reply at all the clocks are assumed to agree.
-// Both fallbacks are off by the skew between the clocks (NTP keeps it to
-// milliseconds), which is the bound documented for those cases.
-type serverClock struct {
-	any    atomic.Uint64
-	perTag []atomic.Uint64 // nil for a single server
+// The bound is an int64 of µs: any offset (hours, days, a clock restored
+// from an old snapshot) is learned.
+type nodeClock struct {
+	est atomic.Pointer[estimate]
 }
 
-// clockPeriod is how long a bound is kept as the estimate before a new
-// period starts from fresh replies (µs).
+// estimate is one period's best bound; immutable once published, so a
+// reader sees period and bound of one reply. A new one is allocated only
+// when it improves the estimate (a new period, or a faster reply).
+type estimate struct {
+	period int64 // recv µs / clockPeriod
+	bound  int64 // µs
+}
+
+// clockPeriod is how long a bound is kept as the best of its period before
+// a new period starts from fresh replies (µs). An estimate is fresh for two
+// periods.
 const clockPeriod = int64(time.Second / time.Microsecond)
 
-// An entry packs the period of its bound (high 32 bits) and the bound as an
-// int32 of µs (low 32 bits); 0 means none.
+// observe records a reply: the server's time serverUS, read by this
+// process at wall time recvUS. nil ignores it.
+func (n *nodeClock) observe(serverUS, recvUS int64) {
+	if n == nil {
+		return
+	}
+	v := estimate{period: recvUS / clockPeriod, bound: serverUS - recvUS - 1}
+	for {
+		old := n.est.Load()
+		if old != nil && (old.period > v.period || old.period == v.period && old.bound >= v.bound) {
+			return
+		}
+		nv := v
+		if n.est.CompareAndSwap(old, &nv) {
+			return
+		}
+	}
+}
+
+// offset returns the estimate if it is fresh at wall time nowUS (learned in
+// this period or the previous one), else 0 and false.
+func (n *nodeClock) offset(nowUS int64) (int64, bool) {
+	if n == nil {
+		return 0, false
+	}
+	e := n.est.Load()
+	if e == nil || e.period < nowUS/clockPeriod-1 {
+		return 0, false
+	}
+	return e.bound, true
+}
+
+// serverClock holds one nodeClock per server: the servers' clocks differ,
+// and a server ahead of the others must not lend its offset to a server
+// whose guard it would weaken.
 //
-//	63            32 31             0
-//	+---------------+----------------+
-//	| period uint32 | bound µs, i32  |
-//	+---------------+----------------+
-//
-// The period is µs/clockPeriod since the epoch (> 0 until 2106), so a set
-// entry is never 0. A server whose clock is more than 35 minutes off ours
-// (the int32 would overflow) is not recorded: its calls fall back as
-// before its first reply.
-func newServerClock(perTag bool) *serverClock {
+//   - *redis.Client (one server, or Sentinel's failover client, whose
+//     failover a stale estimate's refresh covers): one clock.
+//   - *redis.ClusterClient: one clock per master, found from the key's slot
+//     in go-redis's slot map (MasterForKey, no round trip). While a slot
+//     moves (resharding, failover) go-redis may still name the old master
+//     for a call that MOVED or ASK send to the new one: that call is judged
+//     with the old master's estimate, and its reply feeds it, off by the
+//     skew between the two servers, until go-redis's map catches up.
+//   - *redis.Ring, whose shard for a key go-redis does not expose: one clock
+//     per hash tag (a tag names one shard). A tag whose estimate is not
+//     fresh reads its shard's TIME first, like any stale estimate.
+type serverClock struct {
+	single  *nodeClock
+	cluster *redis.ClusterClient
+
+	tags []nodeClock // Ring, and a cluster whose slot map cannot be read
+
+	mu     sync.Mutex
+	byAddr map[string]*nodeClock // cluster masters; guarded by mu
+	routes []atomic.Pointer[route]
+}
+
+// route caches a cluster hash tag's master and its clock, so the lookup by
+// address (a map under a lock) is made only when the slot's master changes.
+type route struct {
+	master *redis.Client
+	clock  *nodeClock
+}
+
+func newServerClock(client redis.UniversalClient) *serverClock {
 	c := &serverClock{}
-	if perTag {
-		c.perTag = make([]atomic.Uint64, 1<<tagBits)
+	switch cl := client.(type) {
+	case *redis.Client:
+		c.single = &nodeClock{}
+	case *redis.ClusterClient:
+		c.cluster = cl
+		c.byAddr = map[string]*nodeClock{}
+		c.routes = make([]atomic.Pointer[route], 1<<tagBits)
+		c.tags = make([]nodeClock, 1<<tagBits)
+	default:
+		c.tags = make([]nodeClock, 1<<tagBits)
 	}
 	return c
 }
 
-// observe records the reply of a call on tag t: the server's time
-// serverUS, read by this process at wall time recvUS.
-func (c *serverClock) observe(t uint16, serverUS, recvUS int64) {
-	lo := serverUS - recvUS - 1
-	if lo < math.MinInt32 || lo > math.MaxInt32 {
-		return
+// node returns the clock of the server that holds the key name (hash tag
+// t).
+func (c *serverClock) node(ctx context.Context, name string, t uint16) *nodeClock {
+	if c.single != nil {
+		return c.single
 	}
-	v := uint64(recvUS/clockPeriod)<<32 | uint64(uint32(int32(lo)))
-	raise(&c.any, v)
-	if c.perTag != nil {
-		raise(&c.perTag[t], v)
+	if c.cluster == nil {
+		return &c.tags[t]
 	}
-}
-
-// raise stores v in e if v is of a later period, or of the same period
-// with a larger bound.
-func raise(e *atomic.Uint64, v uint64) {
-	for {
-		old := e.Load()
-		if old != 0 && (old>>32 > v>>32 || old>>32 == v>>32 && int32(uint32(old)) >= int32(uint32(v))) {
-			return
-		}
-		if e.CompareAndSwap(old, v) {
-			return
-		}
+	m, err := c.cluster.MasterForKey(ctx, name)
+	if err != nil {
+		// No slot map yet and none to be had: the call will most likely
+		// fail too; the tag's own clock serves meanwhile.
+		return &c.tags[t]
 	}
-}
-
-// offset returns the estimate for tag t, or 0 and false before any reply.
-func (c *serverClock) offset(t uint16) (int64, bool) {
-	var v uint64
-	if c.perTag != nil {
-		v = c.perTag[t].Load()
+	if r := c.routes[t].Load(); r != nil && r.master == m {
+		return r.clock
 	}
-	if v == 0 {
-		v = c.any.Load()
+	addr := m.Options().Addr
+	c.mu.Lock()
+	nc := c.byAddr[addr]
+	if nc == nil {
+		nc = &nodeClock{}
+		c.byAddr[addr] = nc
 	}
-	if v == 0 {
-		return 0, false
-	}
-	return int64(int32(uint32(v))), true
+	c.mu.Unlock()
+	c.routes[t].Store(&route{master: m, clock: nc})
+	return nc
 }

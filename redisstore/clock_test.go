@@ -1,41 +1,58 @@
 package redisstore
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
-// TestServerClock drives the offset estimate with synthetic replies: the
-// best (largest) lower bound of a period wins, a new period starts over
-// (a clock that stepped back is forgotten), late replies of an old period
-// are ignored, a cluster's tags fall back to any server's bound, and a
-// server more than 35 minutes off is not recorded.
-func TestServerClock(t *testing.T) {
+// TestNodeClockEstimate drives one server's offset estimate with synthetic
+// replies: the best (largest) lower bound of a period wins, a new period
+// starts over (a clock that stepped back is forgotten), late replies of an
+// old period are ignored, offsets of days are kept exactly, and an estimate
+// older than two periods is not trusted.
+func TestNodeClockEstimate(t *testing.T) {
 	const sec = int64(1_700_000_000) * 1_000_000 // a period boundary (µs)
-	c := newServerClock(true)
-	if _, ok := c.offset(7); ok {
+	c := &nodeClock{}
+	if _, ok := c.offset(sec); ok {
 		t.Fatal("an estimate before any reply")
 	}
-	c.observe(7, sec+500, sec+100)  // server 400 µs ahead, read at once: bound 399
-	c.observe(7, sec+1000, sec+900) // a slower reply: bound 99
-	if off, ok := c.offset(7); !ok || off != 399 {
+	c.observe(sec+500, sec+100)  // server 400 µs ahead, read at once: bound 399
+	c.observe(sec+1000, sec+900) // a slower reply: bound 99
+	if off, ok := c.offset(sec + 1000); !ok || off != 399 {
 		t.Fatalf("offset = %d, %v; want the best bound 399", off, ok)
 	}
-	if off, _ := c.offset(8); off != 399 {
-		t.Fatalf("another tag with no reply: %d, want any server's 399", off)
-	}
-	c.observe(7, sec+clockPeriod+50, sec+clockPeriod+100) // next period, the clock stepped back: bound -51
-	if off, _ := c.offset(7); off != -51 {
+	c.observe(sec+clockPeriod+50, sec+clockPeriod+100) // next period, the clock stepped back: bound -51
+	if off, _ := c.offset(sec + clockPeriod + 100); off != -51 {
 		t.Fatalf("offset in a new period = %d, want -51 (the old bound forgotten)", off)
 	}
-	c.observe(7, sec+9000, sec+200) // a late reply of the old period
-	if off, _ := c.offset(7); off != -51 {
+	c.observe(sec+9000, sec+200) // a late reply of the old period
+	if off, _ := c.offset(sec + clockPeriod + 100); off != -51 {
 		t.Fatalf("a reply of an old period changed the estimate to %d", off)
 	}
-	c.observe(9, sec+clockPeriod+3_000_000_000, sec+clockPeriod) // 50 minutes ahead
-	if off, _ := c.offset(9); off != -51 {
-		t.Fatalf("a server 50 minutes off was recorded: %d", off)
+	days := int64(3*24*time.Hour/time.Microsecond) + 7
+	for _, skew := range []int64{days, -days, int64(40*time.Minute/time.Microsecond) + 1, -int64(40*time.Minute/time.Microsecond) - 1} {
+		d := &nodeClock{}
+		d.observe(sec+skew+10, sec+10)
+		if off, ok := d.offset(sec + 20); !ok || off != skew-1 {
+			t.Fatalf("server %d µs off: offset %d, %v; want %d", skew, off, ok, skew-1)
+		}
 	}
-	single := newServerClock(false)
-	single.observe(3, sec+10, sec+5)
-	if off, ok := single.offset(12345); !ok || off != 4 {
-		t.Fatalf("single server: %d, %v; want 4 for every tag", off, ok)
+	if _, ok := c.offset(sec + 2*clockPeriod + 100); !ok {
+		t.Fatal("an estimate of the previous period is not trusted")
+	}
+	if off, ok := c.offset(sec + 3*clockPeriod + 100); ok {
+		t.Fatalf("an estimate two periods old is trusted: %d", off)
+	}
+}
+
+// TestSingleServerOneClock: a single server's estimate serves every key.
+func TestSingleServerOneClock(t *testing.T) {
+	single := newServerClock(newClient(t, "127.0.0.1:1"))
+	if single.node(t.Context(), "a", 1) != single.node(t.Context(), "b", 2) {
+		t.Fatal("a single server has two clocks")
+	}
+	single.node(t.Context(), "a", 1).observe(1_700_000_000_000_010, 1_700_000_000_000_005)
+	if off, ok := single.node(t.Context(), "b", 9).offset(1_700_000_000_000_006); !ok || off != 4 {
+		t.Fatalf("single server: %d, %v; want 4 for every key", off, ok)
 	}
 }

@@ -60,6 +60,7 @@ local W = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 local mode = tonumber(ARGV[4])
 local now = tonumber(ARGV[5]) or real
+local rebase = ARGV[5] == ''
 `
 
 // Log members. An entry's member is unique without a counter: the script
@@ -124,16 +125,44 @@ end
 // logWindow reads SlidingLog's state at now: t = max(now, newest entry)
 // (a key's time never goes back; delays count from the unclamped now), the
 // window's lower bound from and c, the entries in the closed interval
-// [t-W, t]. The newest entry's score (last) is read only when there are
-// entries after now (a clock that stepped back, or a Config.Clock): ZRANGE
-// WITHSCORES formats a double for its reply, which costs twice a ZCOUNT.
-// Scores go to Redis as Lua numbers (exact doubles, parsed back exactly);
-// integer arguments are formatted with %d.
+// [t-W, t].
+//
+// Entries after now mean a clock that went back: with the server's TIME
+// (rebase), an NTP step back or a failover to a server whose clock is
+// behind. Kept where they are, they would hold the key for the size of the
+// step, not a Window; so they are moved to now (ZADD XX, names kept, which
+// the Hybrid's returns by name need). They were written no later than now
+// in real time, so each still counts for at least as long as it would
+// have: the key frees within one Window of the step and admits nothing
+// extra. The key's TTL, which the step lengthened (Redis expires keys by
+// its wall clock), is set back to two windows, so upkeep (logWrite) keeps
+// dropping old entries. With a Config.Clock (tests, the engine's semantics) they stay,
+// and the newest one's score (last) is read: ZRANGE WITHSCORES formats a
+// double for its reply, which costs twice a ZCOUNT, so only then. Scores go
+// to Redis as Lua numbers (exact doubles, parsed back exactly); integer
+// arguments are formatted with %d.
 const logWindow = `
 local K = KEYS[1]
 local last = nil
 if redis.call('ZCOUNT', K, now + 1, '+inf') > 0 then
-  last = tonumber(redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')[2])
+  if rebase then
+    local ahead = redis.call('ZRANGEBYSCORE', K, '(' .. string.format('%d', now), '+inf')
+    local i = 1
+    while i <= #ahead do
+      local args = {'XX'}
+      local j = 0
+      while i <= #ahead and j < 1000 do
+        args[2 * j + 2] = now
+        args[2 * j + 3] = ahead[i]
+        i = i + 1
+        j = j + 1
+      end
+      redis.call('ZADD', K, unpack(args))
+    end
+    redis.call('PEXPIRE', K, math.floor((2 * W + 999) / 1000) + 1)
+  else
+    last = tonumber(redis.call('ZRANGE', K, -1, -1, 'WITHSCORES')[2])
+  end
 end
 local t = now
 if last and last > t then t = last end
@@ -241,9 +270,18 @@ return {allowed and 1 or 0, remaining, retry, reset, real}
 // window's counts (uint32, at most 2^20-1). Binary rather than text:
 // unpacking makes no strings, which keeps the script's garbage, and so its
 // share of Lua's collector, to the reply. It shifts the state to the window
-// w of now: prev and cur are the counts of windows w-1 and w. A stored
-// window ahead of now (time never goes back for a key) is used as is, at
-// its start.
+// w of now: prev and cur are the counts of windows w-1 and w.
+//
+// A stored window ahead of now means a clock that went back. With the
+// server's TIME (rebase: an NTP step back, a failover to a server whose
+// clock is behind) its counts are moved to now's window and stored so,
+// with the TTL of two windows: left ahead, they would hold the key for the
+// size of the step (and every denial would restart the wait), where moved
+// they age out as any window's do, within two windows of the step; they
+// were counted no later than now in real time, so nothing extra is
+// admitted.
+// With a Config.Clock (tests, the engine's semantics: time never goes back
+// for a key) the stored window is used as is, at its start.
 const counterState = `
 local K = KEYS[1]
 local w = math.floor(now / W)
@@ -256,6 +294,9 @@ if v and #v == 16 then
     prev, cur = sp, sc
   elseif sw == w - 1 then
     prev = sc
+  elseif sw > w and rebase then
+    prev, cur = sp, sc
+    redis.call('SET', K, struct.pack('>dI4I4', w, prev, cur), 'PX', math.floor((2 * W + 999) / 1000) + 1)
   elseif sw > w then
     w, e, prev, cur = sw, 0, sp, sc
   end
@@ -333,6 +374,15 @@ redis.call('DEL', KEYS[1])
 return {1, 0, 0, 0, real}
 `)
 
+// timeScript reads the server's TIME, to learn its clock before a call
+// whose estimate is missing or stale (see nodeClock). It is a script on the
+// call's key, not a TIME command, so that a cluster or a Ring sends it to
+// the server the call will go to. Reply: {1, 0, 0, 0, server µs}.
+var timeScript = newScript(`
+local tm = redis.call('TIME')
+return {1, 0, 0, 0, tm[1] * 1000000 + tm[2]}
+`)
+
 // The lease scripts serve Hybrid. One call per key per sync: first give
 // back the unused tokens of leases the node no longer uses, then reserve
 // up to g new tokens at the server's TIME, as g requests would be
@@ -361,6 +411,7 @@ local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
 local r = tonumber(ARGV[6])
 local now = real
+local rebase = true
 local relTTL = nil -- no Config.Clock in a Hybrid
 for i = 0, r - 1 do
   local R = ARGV[7 + 3 * i]
@@ -400,6 +451,7 @@ local W = tonumber(ARGV[2])
 local g = tonumber(ARGV[3])
 local r = tonumber(ARGV[6])
 local now = real
+local rebase = true
 ` + counterState + fdiv + `
 local changed = false
 if r > 0 then
