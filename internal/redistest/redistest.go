@@ -41,6 +41,13 @@ func Start(tb testing.TB) *Server {
 	return start(tb, nil)
 }
 
+// StartWith is Start with more redis-server arguments (for example
+// "--maxmemory", "10mb", "--maxmemory-policy", "allkeys-lru").
+func StartWith(tb testing.TB, args ...string) *Server {
+	tb.Helper()
+	return start(tb, func(int) []string { return args })
+}
+
 func start(tb testing.TB, extra func(port int) []string) *Server {
 	tb.Helper()
 	return startWith(tb, func(s *Server) {
