@@ -19,7 +19,8 @@ const DefaultSyncInterval = 5 * time.Millisecond
 
 // HybridConfig configures a Hybrid: the Store's Config (Client, Algorithm,
 // Limit, Window, Prefix, Timeout, OnFailure, Nodes, breaker; Clock must be
-// nil, leases run on real time) plus the lease parameters.
+// nil, leases run on real time; Penalty must be false, NewHybrid rejects it)
+// plus the lease parameters.
 type HybridConfig struct {
 	Config
 	// SyncInterval is the period of the background sync: one pipelined
@@ -208,6 +209,14 @@ const (
 func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 	if cfg.Clock != nil {
 		return nil, invalid("HybridConfig.Clock must be nil: leases run on the server's TIME and the node's monotonic clock")
+	}
+	if cfg.Penalty {
+		// A penalty records denied requests too. A Hybrid denies in
+		// memory, from its lease, without telling Redis, so the other
+		// nodes would never see the penalty: the key would be punished on
+		// one node only, and the overshoot bound would not be the
+		// penalty's. Refused rather than silently ignored.
+		return nil, invalid("HybridConfig.Penalty is not supported by a Hybrid (denials are decided in memory and never reach Redis); use a Store for penalty keys")
 	}
 	s, err := New(cfg.Config)
 	if err != nil {
@@ -463,6 +472,8 @@ type job struct {
 	g    int64
 	rets []ret
 	f    *flight
+	nc   *nodeClock // the clock of the key's server, and its estimate, set at send
+	off  int64
 }
 
 // newJob makes e's request. Caller holds e.mu and has set e.flight = f.
@@ -535,7 +546,7 @@ func (h *Hybrid) args(j *job, verb string, dlWall int64) []any {
 	} else {
 		a = append(a, verb, code, oneKey, j.e.name)
 	}
-	a = append(a, h.s.limit, h.s.winUS, j.g, h.s.ttl, h.s.serverDeadline(dlWall, j.e.tag), len(j.rets))
+	a = append(a, h.s.limit, h.s.winUS, j.g, h.s.ttl, dlWall+j.off, len(j.rets))
 	for _, r := range j.rets {
 		if counter {
 			a = append(a, r.at, r.unused, r.seq)
@@ -562,6 +573,9 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 	recv := send
 	var recvWall time.Time
 	err := h.s.roundTrip(context.Background(), func(ctx context.Context, dlWall int64) error {
+		if err := h.offsets(ctx, jobs); err != nil {
+			return err
+		}
 		err := h.pipeline(ctx, jobs, cmds, "evalsha", dlWall, nil)
 		var again []int
 		for i, c := range cmds {
@@ -594,7 +608,7 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 		// pipeline's error is its cause (go-redis leaves such a command
 		// without an error of its own when the dial itself failed).
 		if c := cmds[i]; c != nil && c.Err() == nil && (err == nil || len(c.Val()) > 0) {
-			r, cerr = h.s.reply(j.e.tag, c.Val(), recvWall)
+			r, cerr = h.s.reply(j.nc, c.Val(), recvWall)
 		} else if c != nil && cerr == nil {
 			cerr = c.Err()
 		}
@@ -603,6 +617,49 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 			close(j.f.done)
 		}
 	}
+}
+
+// offsets sets each job's server clock and its estimate, first reading in
+// one pipeline the TIME of the servers whose estimate is missing or stale
+// (see nodeClock), once per server.
+func (h *Hybrid) offsets(ctx context.Context, jobs []*job) error {
+	now := time.Now().UnixMicro()
+	var stale map[*nodeClock]*redis.IntSliceCmd
+	for _, j := range jobs {
+		j.nc = h.s.clock.node(ctx, j.e.name, j.e.tag)
+		var ok bool
+		if j.off, ok = j.nc.offset(now); !ok {
+			if stale == nil {
+				stale = map[*nodeClock]*redis.IntSliceCmd{}
+			}
+			if stale[j.nc] == nil {
+				stale[j.nc] = redis.NewIntSliceCmd(ctx, "eval", timeScript.srcArg, oneKey, j.e.name)
+			}
+		}
+	}
+	if stale == nil {
+		return nil
+	}
+	p := h.s.cfg.Client.Pipeline()
+	for _, c := range stale {
+		_ = p.Process(ctx, c)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return err
+	}
+	recv := time.Now().UnixMicro()
+	for nc, c := range stale {
+		h.s.clockReads.Add(1)
+		if _, err := h.s.reply(nc, c.Val(), time.UnixMicro(recv)); err != nil {
+			return err
+		}
+	}
+	for _, j := range jobs {
+		if stale[j.nc] != nil {
+			j.off, _ = j.nc.offset(recv)
+		}
+	}
+	return nil
 }
 
 // pipeline sends the commands of jobs (only those at the indexes in only,

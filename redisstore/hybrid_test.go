@@ -708,3 +708,19 @@ func TestHybridGaveUpAfterFailedSend(t *testing.T) {
 		t.Fatalf("FailLocal share went from %d to %d remaining for callers that gave up", before, after)
 	}
 }
+
+// TestNewHybridRejectsPenalty: a Hybrid decides denials in memory, so it
+// cannot record them in Redis; NewHybrid refuses Penalty with an error
+// naming the field instead of ignoring it.
+func TestNewHybridRejectsPenalty(t *testing.T) {
+	for _, alg := range algorithms {
+		h, err := NewHybrid(HybridConfig{Config: Config{Client: newClient(t, "127.0.0.1:1"), Algorithm: alg, Limit: 10, Window: 500 * time.Millisecond, Penalty: true}})
+		if err == nil {
+			_ = h.Close()
+			t.Fatalf("%v: NewHybrid accepted Penalty", alg)
+		}
+		if !errors.Is(err, engine.ErrInvalidConfig) || !strings.Contains(err.Error(), "Penalty") {
+			t.Fatalf("%v: err = %v; want ErrInvalidConfig naming Penalty", alg, err)
+		}
+	}
+}
