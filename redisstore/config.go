@@ -125,6 +125,14 @@ type Config struct {
 	BreakerThreshold int
 	BreakerCooldown  time.Duration
 
+	// AllowEviction accepts servers whose maxmemory-policy can evict the
+	// limiter's keys (any policy but noeviction, with a maxmemory limit).
+	// New refuses them otherwise (ErrEvictionPolicy): an evicted key grants
+	// its whole limit again, silently. Set it only where the limiter's
+	// keys may be lost under memory pressure (Stats.EvictedKeys then shows
+	// evictions on the servers).
+	AllowEviction bool
+
 	// Clock, if non-nil, replaces the server's TIME with Clock.Now()
 	// (nanoseconds, truncated to microseconds) passed to the scripts. It
 	// exists for deterministic tests; in production leave it nil so that

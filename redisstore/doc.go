@@ -16,7 +16,8 @@
 // # Atomicity and time
 //
 // Each decision is one Lua script on one Redis key (EVALSHA, EVAL on
-// NOSCRIPT): one round trip, atomic on the server, so concurrent callers on
+// NOSCRIPT): one round trip (two when the server's clock must be read
+// first, see Deadlines), atomic on the server, so concurrent callers on
 // any number of nodes admit exactly Limit. The scripts read the server's
 // TIME, never the caller's clock, so nodes with skewed clocks agree.
 // Requires Redis >= 5 or Valkey (scripts replicated by their effects). Every
@@ -58,23 +59,62 @@
 // and refuses to write after it: Redis judges the call late and changes
 // nothing. The deadline is three quarters of the call's budget after it was
 // sent (so the reply of a call that ran in time has a quarter of the budget
-// to come back), converted with a lower bound of the offset between the
+// to come back), converted with a lower bound of the offset between that
 // server's clock and this process's, learned from the TIME in every reply
-// (the fastest reply of the current second bounds it most tightly; on a
-// cluster or Ring, per server). A SlidingLog write of many entries checks
-// the deadline after each thousand and takes itself back when it passes.
+// (the fastest reply of the current second bounds it most tightly). The
+// offset is kept per server: one for a single server (or a Sentinel
+// failover client), one per master of a cluster (found from the key's slot
+// in go-redis's slot map), one per hash tag of a Ring (whose shard for a
+// key go-redis does not expose, so a Ring reads the clock again for each
+// hash tag unused for two seconds); a server never lends its offset to
+// another. Any offset is learned, however large (hours, days). An estimate
+// is used for at most two seconds after the replies that made it: a call to
+// a server with no estimate that fresh first reads that server's TIME (one
+// more round trip, counted in Stats.ClockReads), so an idle client and the
+// first call to a server are judged by a fresh estimate too. A SlidingLog
+// write of many entries checks the deadline after each thousand and takes
+// itself back when it passes.
 //
 // The bound this gives: a timed-out call writes nothing, unless its reply
 // took longer on the way back than a quarter of the budget (it ran in time
 // and the reply was lost or delayed: its request stays counted, as for any
-// RPC), or the server's clock stepped back since the offset was learned (by
-// at most the step, for at most a second), or it is the first call to a
-// server, judged assuming the clocks agree (by at most their skew). A cluster
-// server that no reply came from yet borrows another server's offset, so
-// the skew between the servers' clocks bounds it. go-redis's ClusterClient
-// re-sends a command once after a broken connection (MaxRedirects): a
-// script that ran before the break then runs again and counts its requests
-// twice; the other clients must not retry (see Config.Client).
+// RPC), or the server's clock stepped back within the two seconds before
+// the call was sent (then it may write up to the step late), or, on a
+// cluster, the key's slot moved to another master that go-redis's slot map
+// did not show yet (the call is judged with the old master's offset: off by
+// the skew between the two). go-redis's ClusterClient re-sends a command
+// once after a broken connection (MaxRedirects): a script that ran before
+// the break then runs again and counts its requests twice; the other
+// clients must not retry (see Config.Client).
+//
+// A server clock that steps back (an NTP step, a failover to a replica
+// whose clock is behind) leaves state dated after the server's now. The
+// scripts move it to now (SlidingLog entries to now, a SlidingCounter's
+// counts to now's window): those requests were made no later than now in
+// real time, so they still count for at least their full Window and
+// nothing extra is admitted, and a key frees within one Window of the step
+// (SlidingCounter: two, its memory) with a RetryAfter that is true, not
+// the size of the step. A clock that steps forward ages entries out early
+// by the step: up to Limit more in the window of the step, as for a
+// server that loses its data.
+//
+// # Eviction
+//
+// An evicted key grants its whole limit again, with no error anywhere.
+// Redis evicts only when it has a maxmemory limit, and with any
+// maxmemory-policy but noeviction the limiter's keys can go: under
+// volatile-* first (they are the keys with a TTL), under allkeys-* like any
+// other. New reads each server's maxmemory and maxmemory-policy (CONFIG
+// GET) and refuses such a server with an error wrapping ErrEvictionPolicy,
+// unless Config.AllowEviction accepts it. Where CONFIG is renamed or denied
+// (managed services, ACL users without +config), or no server answers at
+// New, it cannot check: the Store works and says so (Stats.
+// EvictionUnchecked, EvictionCheck); the requirement is then the
+// operator's: a dedicated server or database with noeviction, or enough
+// memory. A policy changed after New is not seen. Stats.EvictedKeys counts
+// the evictions the servers report (INFO stats evicted_keys, sampled at
+// most once a second while calls are made), of any key: Redis does not
+// say whose.
 //
 // # Faults
 //
@@ -113,5 +153,6 @@
 //
 // Hybrid decides in memory against leases of the global limit that a
 // background loop renews in batches; see its documentation for the error
-// bound it guarantees.
+// bound it guarantees. It has no penalty mode: NewHybrid rejects
+// Config.Penalty (its denials never reach Redis).
 package redisstore

@@ -30,12 +30,15 @@ type Store struct {
 	// allocate for them (ARGV[1], [2], [6]).
 	limit, winUS, ttl any
 
+	evict evictionWatch
+
 	localOnce sync.Once
 	local     atomic.Pointer[engine.Limiter] // FailLocal's engine, built at the first fault
 
 	calls, allowed, denied            atomic.Uint64
 	timeouts, errs, shortCircuits     atomic.Uint64
 	canceled, late, keysTooLong       atomic.Uint64
+	clockReads                        atomic.Uint64
 	failOpen, failClosed, failedLocal atomic.Uint64
 }
 
@@ -55,7 +58,18 @@ type Stats struct {
 	FailOpen      uint64 // decisions made by FailOpen
 	FailClosed    uint64 // decisions made by FailClosed
 	FailLocal     uint64 // decisions made by the FailLocal engine
-	BreakerOpen   bool   // the breaker is open or half-open now
+	// EvictedKeys is how many keys the servers evicted (INFO stats
+	// evicted_keys, summed over the servers) since New, sampled at most
+	// once a second while calls are made. Redis does not say whose keys:
+	// any eviction on a server holding limiter keys may have been one of
+	// them (see "Eviction" in the package documentation).
+	EvictedKeys uint64
+	// EvictionUnchecked is true when New could not read a server's
+	// maxmemory-policy (CONFIG denied or renamed, as on managed services;
+	// or the server unreachable then); EvictionCheck says why.
+	EvictionUnchecked bool
+	ClockReads        uint64 // reads of a server's TIME before a call, because the estimate of its clock was missing or stale (see "Deadlines" in the package documentation)
+	BreakerOpen       bool   // the breaker is open or half-open now
 }
 
 // Script modes (ARGV[4]), boxed once.
@@ -67,16 +81,21 @@ var (
 	noClock     any = ""
 )
 
-// New validates cfg and returns a Store. It does not contact Redis: the
-// first call loads the script (EVALSHA, falling back to EVAL on NOSCRIPT).
+// New validates cfg and returns a Store. It asks each server for its
+// maxmemory and maxmemory-policy (CONFIG GET) and refuses, with an error
+// wrapping ErrEvictionPolicy, a server that can evict the limiter's keys,
+// unless Config.AllowEviction; a server that cannot be asked is accepted
+// and reported (Stats.EvictionUnchecked, EvictionCheck). It also reads the
+// servers' evicted_keys, the baseline of Stats.EvictedKeys. These calls run
+// under Config.Timeout each. The first decision loads the script (EVALSHA,
+// falling back to EVAL on NOSCRIPT).
 func New(cfg Config) (*Store, error) {
 	c, err := cfg.normalize()
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{cfg: c, ks: newKeyspace(c), start: time.Now(), script: logScript}
-	_, single := c.Client.(*redis.Client) // a cluster or a Ring has many servers, and clocks
-	s.clock = newServerClock(!single)
+	s.clock = newServerClock(c.Client)
 	s.br.threshold = int64(c.BreakerThreshold)
 	s.br.cooldown = int64(c.BreakerCooldown)
 	s.br.interval = int64(c.Timeout)
@@ -92,7 +111,27 @@ func New(cfg Config) (*Store, error) {
 	s.ttl = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond)+1, 10)
 	s.winUS = strconv.FormatInt(int64(c.Window/time.Microsecond), 10)
 	s.limit = strconv.Itoa(c.Limit)
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	if err := s.evict.checkEviction(ctx, c.Client, c.AllowEviction); err != nil {
+		return nil, err
+	}
+	if s.evict.unchecked.Load() == nil {
+		_ = s.sampleEvictions(ctx) // the baseline; a server that fails here sets its own later
+	}
+	s.evict.next.Store(s.mono() + int64(evictionSampleEvery))
 	return s, nil
+}
+
+// EvictionCheck returns nil when New read every server's maxmemory-policy
+// (and accepted it), or an error saying why it could not: then nothing
+// guards against Redis evicting the limiter's keys but the operator (see
+// "Eviction" in the package documentation).
+func (s *Store) EvictionCheck() error {
+	if why := s.evict.unchecked.Load(); why != nil {
+		return errors.New("redisstore: " + *why)
+	}
+	return nil
 }
 
 // Config returns the configuration with defaults filled in.
@@ -222,51 +261,78 @@ var errLate = errors.New("reached redis after its deadline")
 
 // eval runs sc on the key name (hash tag t) with argv, whose element dlAt
 // receives the deadline in the server's clock, in one round trip (see
-// roundTrip). It returns the reply's first four integers.
+// roundTrip), two when the estimate of that server's clock is not fresh
+// (see nodeClock). It returns the reply's first four integers.
 func (s *Store) eval(ctx context.Context, sc *script, name string, t uint16, argv []any, dlAt int) ([4]int64, error) {
 	var out [4]int64
 	err := s.roundTrip(ctx, func(ctx context.Context, dlWall int64) error {
-		a := make([]any, 4+len(argv))
-		a[0], a[1], a[2], a[3] = "evalsha", sc.shaArg, oneKey, name
-		copy(a[4:], argv)
-		a[4+dlAt] = s.serverDeadline(dlWall, t)
-		cmd := redis.NewIntSliceCmd(ctx, a...)
-		err := s.cfg.Client.Process(ctx, cmd)
-		if isNoScript(err) {
-			a[0], a[1] = "eval", sc.srcArg // EVAL also caches the script
-			cmd = redis.NewIntSliceCmd(ctx, a...)
-			err = s.cfg.Client.Process(ctx, cmd)
-		}
+		nc := s.clock.node(ctx, name, t)
+		off, err := s.offset(ctx, nc, name)
 		if err != nil {
 			return err
 		}
-		r, err := s.reply(t, cmd.Val(), time.Now())
+		a := make([]any, 4+len(argv))
+		a[0], a[1], a[2], a[3] = "evalsha", sc.shaArg, oneKey, name
+		copy(a[4:], argv)
+		a[4+dlAt] = dlWall + off
+		cmd, err := s.run(ctx, sc, a)
+		if err != nil {
+			return err
+		}
+		r, err := s.reply(nc, cmd.Val(), time.Now())
 		copy(out[:], r[:])
 		return err
 	})
 	return out, err
 }
 
+// run sends the script command a (a[0], a[1] = "evalsha", sc.shaArg), and
+// again by EVAL when the server does not have the script.
+func (s *Store) run(ctx context.Context, sc *script, a []any) (*redis.IntSliceCmd, error) {
+	cmd := redis.NewIntSliceCmd(ctx, a...)
+	err := s.cfg.Client.Process(ctx, cmd)
+	if isNoScript(err) {
+		a[0], a[1] = "eval", sc.srcArg // EVAL also caches the script
+		cmd = redis.NewIntSliceCmd(ctx, a...)
+		err = s.cfg.Client.Process(ctx, cmd)
+	}
+	return cmd, err
+}
+
+// offset returns nc's estimate of the server's clock offset, reading the
+// server's TIME first (through the key name, so that a cluster routes it to
+// the key's server) when the estimate is missing or stale: no call is sent
+// with a deadline converted by an estimate more than two periods old.
+func (s *Store) offset(ctx context.Context, nc *nodeClock, name string) (int64, error) {
+	if off, ok := nc.offset(time.Now().UnixMicro()); ok {
+		return off, nil
+	}
+	s.clockReads.Add(1)
+	cmd, err := s.run(ctx, timeScript, []any{"evalsha", timeScript.shaArg, oneKey, name})
+	if err != nil {
+		return 0, err
+	}
+	recv := time.Now()
+	if _, err := s.reply(nc, cmd.Val(), recv); err != nil {
+		return 0, err
+	}
+	off, _ := nc.offset(recv.UnixMicro())
+	return off, nil
+}
+
 // reply checks a script's reply, feeds its server time to the clock
-// estimate (recv is when it was read) and returns errLate for a refusal.
-func (s *Store) reply(t uint16, r []int64, recv time.Time) ([4]int64, error) {
+// estimate nc (recv is when it was read) and returns errLate for a refusal.
+func (s *Store) reply(nc *nodeClock, r []int64, recv time.Time) ([4]int64, error) {
 	var out [4]int64
 	if len(r) != 5 {
 		return out, fmt.Errorf("script returned %d values, want 5", len(r))
 	}
-	s.clock.observe(t, r[4], recv.UnixMicro())
+	nc.observe(r[4], recv.UnixMicro())
 	if r[0] == -1 {
 		return out, errLate
 	}
 	copy(out[:], r[:4])
 	return out, nil
-}
-
-// serverDeadline converts a deadline in this process's wall µs to the
-// server's clock for a key with hash tag t (see serverClock).
-func (s *Store) serverDeadline(dlWall int64, t uint16) int64 {
-	off, _ := s.clock.offset(t)
-	return dlWall + off
 }
 
 // roundTrip runs one round trip to Redis, send, under the breaker and a
@@ -309,6 +375,7 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	cancel()
 	if err == nil {
 		s.br.success()
+		s.maybeSample(int64(start.Sub(s.start)))
 		return nil
 	}
 	now := s.mono()
@@ -473,20 +540,23 @@ func (s *Store) localLimiter() *engine.Limiter {
 // Stats returns a snapshot of the Store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Calls:         s.calls.Load(),
-		Allowed:       s.allowed.Load(),
-		Denied:        s.denied.Load(),
-		Timeouts:      s.timeouts.Load(),
-		Late:          s.late.Load(),
-		Errors:        s.errs.Load(),
-		Canceled:      s.canceled.Load(),
-		KeysTooLong:   s.keysTooLong.Load(),
-		BreakerOpens:  s.br.opens.Load(),
-		ShortCircuits: s.shortCircuits.Load(),
-		FailOpen:      s.failOpen.Load(),
-		FailClosed:    s.failClosed.Load(),
-		FailLocal:     s.failedLocal.Load(),
-		BreakerOpen:   s.br.isOpen(),
+		Calls:             s.calls.Load(),
+		Allowed:           s.allowed.Load(),
+		Denied:            s.denied.Load(),
+		Timeouts:          s.timeouts.Load(),
+		Late:              s.late.Load(),
+		Errors:            s.errs.Load(),
+		Canceled:          s.canceled.Load(),
+		KeysTooLong:       s.keysTooLong.Load(),
+		BreakerOpens:      s.br.opens.Load(),
+		ShortCircuits:     s.shortCircuits.Load(),
+		FailOpen:          s.failOpen.Load(),
+		FailClosed:        s.failClosed.Load(),
+		FailLocal:         s.failedLocal.Load(),
+		ClockReads:        s.clockReads.Load(),
+		EvictedKeys:       s.evict.evicted.Load(),
+		EvictionUnchecked: s.evict.unchecked.Load() != nil,
+		BreakerOpen:       s.br.isOpen(),
 	}
 }
 

@@ -1,0 +1,98 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
+	"github.com/slidelimit/slidelimit/internal/redistest"
+)
+
+// TestNewRefusesEvictingServer: a server with a maxmemory limit and a
+// policy that can evict the limiter's keys (volatile-*: they are the keys
+// with a TTL; allkeys-*) is refused at construction with an error naming
+// maxmemory-policy, unless Config.AllowEviction; noeviction, or no
+// maxmemory, is accepted.
+func TestNewRefusesEvictingServer(t *testing.T) {
+	for _, c := range []struct {
+		args   []string
+		refuse bool
+	}{
+		{[]string{"--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"}, true},
+		{[]string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}, true},
+		{[]string{"--maxmemory", "64mb", "--maxmemory-policy", "volatile-ttl"}, true},
+		{[]string{"--maxmemory", "64mb", "--maxmemory-policy", "noeviction"}, false},
+		{[]string{"--maxmemory", "0", "--maxmemory-policy", "allkeys-lru"}, false},
+	} {
+		srv := redistest.StartWith(t, c.args...)
+		cfg := Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog, Limit: 10, Window: time.Minute, Timeout: testTimeout}
+		s, err := New(cfg)
+		if c.refuse {
+			if !errors.Is(err, ErrEvictionPolicy) || !strings.Contains(err.Error(), "maxmemory-policy") {
+				t.Fatalf("%v: New err = %v; want ErrEvictionPolicy naming maxmemory-policy", c.args, err)
+			}
+			cfg.AllowEviction = true
+			s, err = New(cfg)
+			if err != nil {
+				t.Fatalf("%v with AllowEviction: %v", c.args, err)
+			}
+		} else if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if err := s.EvictionCheck(); err != nil || s.Stats().EvictionUnchecked {
+			t.Fatalf("%v: EvictionCheck = %v, Stats %+v; want checked", c.args, err, s.Stats())
+		}
+		if !s.Allow("k") {
+			t.Fatalf("%v: first request denied", c.args)
+		}
+		_ = s.Close()
+	}
+}
+
+// TestNewReportsUncheckedEvictionPolicy: where CONFIG is not available (a
+// managed service renames or denies it), New cannot read the policy: it
+// accepts the server and says so (Stats.EvictionUnchecked, EvictionCheck).
+func TestNewReportsUncheckedEvictionPolicy(t *testing.T) {
+	srv := redistest.StartWith(t, "--rename-command", "CONFIG", "")
+	s := newStore(t, Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog, Limit: 10, Window: time.Minute})
+	err := s.EvictionCheck()
+	if err == nil || !strings.Contains(err.Error(), "maxmemory-policy not checked") || !s.Stats().EvictionUnchecked {
+		t.Fatalf("EvictionCheck = %v, EvictionUnchecked %v; want the reason the policy was not checked", err, s.Stats().EvictionUnchecked)
+	}
+	if !s.Allow("k") {
+		t.Fatal("first request denied")
+	}
+}
+
+// TestStatsCountServerEvictions: evictions on the server (here of other
+// data, under allkeys-random with AllowEviction) show in Stats.EvictedKeys.
+func TestStatsCountServerEvictions(t *testing.T) {
+	srv := redistest.StartWith(t, "--maxmemory", "4mb", "--maxmemory-policy", "allkeys-random")
+	client := newClient(t, srv.Addr())
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 10, Window: time.Minute, AllowEviction: true})
+	if got := s.Stats().EvictedKeys; got != 0 {
+		t.Fatalf("EvictedKeys = %d before any eviction", got)
+	}
+	big := strings.Repeat("x", 64<<10)
+	for i := range 200 { // 12.5 MB into 4 MB
+		if err := client.Set(context.Background(), "filler:"+strconv.Itoa(i), big, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := client.Info(context.Background(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := infoField(info, "evicted_keys")
+	if want == 0 {
+		t.Fatalf("the server evicted nothing: %s", info)
+	}
+	eventually(t, "EvictedKeys to reach the server's evicted_keys", func() bool {
+		s.Allow("k") // a call makes the sample due
+		return s.Stats().EvictedKeys >= want
+	})
+}
