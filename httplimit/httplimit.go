@@ -19,6 +19,13 @@ import (
 // ErrInvalidOptions is wrapped by every error New and ClientIP return.
 var ErrInvalidOptions = errors.New("invalid options")
 
+// ErrNoRules is wrapped (beside ErrInvalidOptions) by the error New
+// returns for Options with no rule and no default rule: such a Middleware
+// would pass every request on unlimited, which is never what a caller of
+// a rate limiter meant (the zero Options, a rule list left empty by a
+// config loader).
+var ErrNoRules = errors.New("no rule limits any request")
+
 // Rule is one rate-limit policy and the requests it applies to.
 //
 // A rule matches a request when each of Method, PathPrefix and Tier is empty
@@ -131,7 +138,8 @@ type Options struct {
 	MatchAll bool
 	// Default decides requests no rule matched. Its Method, PathPrefix
 	// and Tier must be empty. Nil means such requests pass unlimited (and
-	// are counted as Unmatched).
+	// are counted as Unmatched); Rules and Default must not both be empty
+	// (New returns ErrNoRules).
 	Default *Rule
 	// Key names the client for rules without their own Key. Nil means
 	// the socket IP address, /64 for IPv6, no proxies trusted.
@@ -267,7 +275,8 @@ type ruleStripe struct {
 }
 
 // New validates opts and returns a Middleware. Rules built from an
-// engine.Config get their own engine.Limiter; Close releases them.
+// engine.Config get their own engine.Limiter; Close releases them. Options
+// with neither Rules nor Default are an error wrapping ErrNoRules.
 func New(opts Options) (*Middleware, error) {
 	m := &Middleware{
 		tier:     opts.Tier,
@@ -333,6 +342,9 @@ func New(opts Options) (*Middleware, error) {
 	}
 	if m.preflight, err = m.compileCatchAll(opts.Preflight, "Preflight", defKey, names); err != nil {
 		return fail(err)
+	}
+	if len(m.rules) == 0 && m.def == nil {
+		return fail(fmt.Errorf("httplimit: Options.Rules is empty and Options.Default is nil: %w: %w", ErrNoRules, ErrInvalidOptions))
 	}
 	n := 1
 	for n < min(runtime.GOMAXPROCS(0), 64) {

@@ -489,6 +489,34 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 	}
 }
 
+// TestNewRefusesOptionsThatLimitNothing: the zero Options (or a rule list
+// left empty, with or without exemptions or a preflight rule) made a
+// Middleware that passed every request on unlimited; New refuses it with
+// ErrNoRules, naming the fields.
+func TestNewRefusesOptionsThatLimitNothing(t *testing.T) {
+	for _, opts := range []Options{
+		{},
+		{Rules: []Rule{}},
+		{Exempt: Exemptions{Paths: []string{"/healthz"}}},
+		{Preflight: &Rule{Name: "preflight", Engine: logConfig(10, time.Second, newClock())}},
+	} {
+		m, err := New(opts)
+		if err == nil {
+			m.Close()
+			t.Errorf("New(%+v) succeeded: every request would pass unlimited", opts)
+			continue
+		}
+		if !errors.Is(err, ErrNoRules) || !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("New(%+v): %v, want ErrNoRules and ErrInvalidOptions", opts, err)
+		}
+		if !strings.Contains(err.Error(), "Options.Rules") || !strings.Contains(err.Error(), "Options.Default") {
+			t.Errorf("error %q does not name Options.Rules and Options.Default", err)
+		}
+	}
+	mustNew(t, Options{Rules: []Rule{{Name: "login", PathPrefix: "/login", Engine: logConfig(1, time.Minute, newClock())}}})
+	mustNew(t, Options{Default: &Rule{Name: "d", Engine: logConfig(1, time.Minute, newClock())}})
+}
+
 func TestHeaderConstantsAreCanonical(t *testing.T) {
 	for _, h := range []string{hdrPolicy, hdrRateLimit, hdrXLimit, hdrXRemaining, hdrXReset, hdrRetryAfter, HeaderXForwardedFor, HeaderForwarded, HeaderXRealIP} {
 		if c := textproto.CanonicalMIMEHeaderKey(h); c != h {
