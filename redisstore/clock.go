@@ -19,12 +19,14 @@ import (
 // for truncation). The estimate is the largest such bound seen in the
 // current period of clockPeriod (the fastest reply's), so it is never above
 // the true offset while the server's clock does not step back against ours.
-// It is trusted only while it is fresh: learned in the current period or
-// the one before (at most 2 x clockPeriod ago). A stale or missing one is
-// refreshed by reading the server's TIME before the call (one more round
-// trip, see Store.eval), so a step back of the server's clock, or a
-// failover to a server whose clock is behind, is forgotten within two
-// periods whether or not calls kept coming. A bound that falls short of
+// It is trusted only while it is fresh: made by a reply read less than
+// clockPeriod ago. A stale or missing one is refreshed by reading the
+// server's TIME before the call (one more round trip, see Store.offset), so
+// a step back of the server's clock, or a failover to a server whose clock
+// is behind, misleads only the calls sent within clockPeriod of it, whether
+// or not calls kept coming. A client that calls a server at least once per
+// period never pays the extra round trip: the first reply of each period
+// makes a fresh estimate. A bound that falls short of
 // the offset by the return trip of the fastest reply only makes Redis
 // refuse a call that close to its deadline; its reply could not have come
 // back in time anyway.
@@ -39,13 +41,13 @@ type nodeClock struct {
 // reader sees period and bound of one reply. A new one is allocated only
 // when it improves the estimate (a new period, or a faster reply).
 type estimate struct {
-	period int64 // recv µs / clockPeriod
-	bound  int64 // µs
+	recv  int64 // wall µs when the reply that made it was read; its period is recv / clockPeriod
+	bound int64 // µs
 }
 
 // clockPeriod is how long a bound is kept as the best of its period before
-// a new period starts from fresh replies (µs). An estimate is fresh for two
-// periods.
+// a new period starts from fresh replies, and how long an estimate is
+// trusted after the reply that made it (µs).
 const clockPeriod = int64(time.Second / time.Microsecond)
 
 // observe records a reply: the server's time serverUS, read by this
@@ -54,10 +56,11 @@ func (n *nodeClock) observe(serverUS, recvUS int64) {
 	if n == nil {
 		return
 	}
-	v := estimate{period: recvUS / clockPeriod, bound: serverUS - recvUS - 1}
+	v := estimate{recv: recvUS, bound: serverUS - recvUS - 1}
+	p := recvUS / clockPeriod
 	for {
 		old := n.est.Load()
-		if old != nil && (old.period > v.period || old.period == v.period && old.bound >= v.bound) {
+		if old != nil && (old.recv/clockPeriod > p || old.recv/clockPeriod == p && old.bound >= v.bound) {
 			return
 		}
 		nv := v
@@ -67,14 +70,14 @@ func (n *nodeClock) observe(serverUS, recvUS int64) {
 	}
 }
 
-// offset returns the estimate if it is fresh at wall time nowUS (learned in
-// this period or the previous one), else 0 and false.
+// offset returns the estimate if it is fresh at wall time nowUS (its reply
+// read less than clockPeriod before), else 0 and false.
 func (n *nodeClock) offset(nowUS int64) (int64, bool) {
 	if n == nil {
 		return 0, false
 	}
 	e := n.est.Load()
-	if e == nil || e.period < nowUS/clockPeriod-1 {
+	if e == nil || nowUS-e.recv >= clockPeriod {
 		return 0, false
 	}
 	return e.bound, true

@@ -66,20 +66,22 @@
 // failover client), one per master of a cluster (found from the key's slot
 // in go-redis's slot map), one per hash tag of a Ring (whose shard for a
 // key go-redis does not expose, so a Ring reads the clock again for each
-// hash tag unused for two seconds); a server never lends its offset to
+// hash tag unused for a second); a server never lends its offset to
 // another. Any offset is learned, however large (hours, days). An estimate
-// is used for at most two seconds after the replies that made it: a call to
-// a server with no estimate that fresh first reads that server's TIME (one
-// more round trip, counted in Stats.ClockReads), so an idle client and the
-// first call to a server are judged by a fresh estimate too. A SlidingLog
+// is used for less than a second after the reply that made it: a call to a
+// server with no estimate that fresh first reads that server's TIME (one
+// more round trip, counted in Stats.ClockReads; a client that calls a
+// server at least once a second does not pay it), so an idle client and
+// the first call to a server are judged by a fresh estimate too. A SlidingLog
 // write of many entries checks the deadline after each thousand and takes
 // itself back when it passes.
 //
 // The bound this gives: a timed-out call writes nothing, unless its reply
 // took longer on the way back than a quarter of the budget (it ran in time
 // and the reply was lost or delayed: its request stays counted, as for any
-// RPC), or the server's clock stepped back within the two seconds before
-// the call was sent (then it may write up to the step late), or, on a
+// RPC), or the server's clock stepped back (or a failover moved the key to
+// a server whose clock is behind) less than a second before the call was
+// sent (then it may write up to the step late), or, on a
 // cluster, the key's slot moved to another master that go-redis's slot map
 // did not show yet (the call is judged with the old master's offset: off by
 // the skew between the two). go-redis's ClusterClient re-sends a command

@@ -302,7 +302,7 @@ func (s *Store) run(ctx context.Context, sc *script, a []any) (*redis.IntSliceCm
 // offset returns nc's estimate of the server's clock offset, reading the
 // server's TIME first (through the key name, so that a cluster routes it to
 // the key's server) when the estimate is missing or stale: no call is sent
-// with a deadline converted by an estimate more than two periods old.
+// with a deadline converted by an estimate made more than a second before.
 func (s *Store) offset(ctx context.Context, nc *nodeClock, name string) (int64, error) {
 	if off, ok := nc.offset(time.Now().UnixMicro()); ok {
 		return off, nil
