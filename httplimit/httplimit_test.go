@@ -177,7 +177,7 @@ func TestRetryAfterRoundsUpToAtLeastOne(t *testing.T) {
 	}
 	wantHeaders(t, r, map[string]string{
 		"Retry-After": "1",
-		// w is rounded up, never left out (issue 11 item 7).
+		// w is rounded up, never left out.
 		"RateLimit-Policy": `"fast";q=1;w=1`,
 		"RateLimit":        `"fast";r=0;t=0`,
 	})
@@ -314,7 +314,7 @@ func TestKeyErrorFailsOpenOrClosed(t *testing.T) {
 		r := get(t, srv.URL) // no X-API-Key
 		var want Stats
 		if failOpen {
-			// Issue 11 item 1: failing open keys the request by its IP
+			// Failing open keys the request by its IP
 			// instead of passing it unlimited.
 			want = Stats{KeyErrors: 1, Fallbacks: 1, Allowed: 1}
 			if r.status != 200 || r.header.Get("RateLimit") != `"k";r=0;t=60` {
@@ -593,4 +593,34 @@ func TestAllowedPathAllocations(t *testing.T) {
 	if allocs > 2 {
 		t.Errorf("allowed request allocates %v times in the middleware, want <= 2", allocs)
 	}
+}
+
+// serveRec runs one request through h with a recorder.
+func serveRec(h http.Handler, method, target, remote string, hdr map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, nil)
+	if remote != "" {
+		req.RemoteAddr = remote
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func mustNew(t *testing.T, opts Options) *Middleware {
+	t.Helper()
+	m, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// policyOf returns the RateLimit-Policy a request got ("" if none: exempt
+// or unmatched).
+func policyOf(h http.Handler, method, target string) string {
+	return serveRec(h, method, target, "", nil).Header().Get("RateLimit-Policy")
 }

@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"path"
 	"strings"
@@ -153,4 +154,74 @@ func common(s string) bool {
 		}
 	}
 	return true
+}
+
+// TestMethodSpellingsAndOverridesFallUnderTheRule: net/http accepts "post", and Flask or
+// Rails route it as POST, so a POST rule must limit it (it escaped the
+// example's login rule). A GET rule also takes HEAD.
+func TestMethodSpellingsAndOverridesFallUnderTheRule(t *testing.T) {
+	clk := newClock()
+	m := mustNew(t, Options{Rules: []Rule{
+		{Name: "login", Method: "POST", PathPrefix: "/login", Engine: logConfig(3, time.Minute, clk)},
+		{Name: "reads", Method: "get", PathPrefix: "/r", Engine: logConfig(1, time.Minute, clk)},
+	}})
+	h := m.Handler(okHandler)
+	for i, method := range []string{"POST", "post", "Post"} {
+		if rec := serveRec(h, method, "/login", "", nil); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") == "" {
+			t.Fatalf("%s /login (%d of 3): %d, policy %q; want 200 under the login rule", method, i+1, rec.Code, rec.Header().Get("RateLimit-Policy"))
+		}
+	}
+	if rec := serveRec(h, "pOsT", "/login", "", nil); rec.Code != 429 {
+		t.Errorf("4th login spelled pOsT: %d, want 429", rec.Code)
+	}
+	if rec := serveRec(h, "HEAD", "/r", "", nil); rec.Code != 200 || rec.Header().Get("RateLimit-Policy") == "" {
+		t.Errorf("HEAD under a GET rule: %d %q, want limited", rec.Code, rec.Header().Get("RateLimit-Policy"))
+	}
+	if rec := serveRec(h, "GET", "/r", "", nil); rec.Code != 429 {
+		t.Errorf("GET after HEAD spent the GET rule's unit: %d, want 429", rec.Code)
+	}
+	if rec := serveRec(h, "PUT", "/login", "", nil); rec.Header().Get("RateLimit-Policy") != "" {
+		t.Error("PUT matched a POST rule")
+	}
+	// A POST that an upstream takes for GET (method-override header) is a GET.
+	if rec := serveRec(h, "POST", "/r", "", map[string]string{"X-HTTP-Method-Override": "get"}); rec.Code != 429 {
+		t.Errorf("POST overridden to GET: %d, want 429 under the GET rule", rec.Code)
+	}
+	if _, err := New(Options{Rules: []Rule{{Name: "x", Method: "PO ST", Engine: logConfig(1, time.Minute, clk)}}}); err == nil {
+		t.Error(`Method "PO ST" accepted`)
+	}
+
+	// route_ip keys: respelling the method is the same route.
+	k := RouteIP(func(*http.Request) (string, error) { return "192.0.2.1", nil })
+	a, _ := k(httptest.NewRequest("POST", "/login", nil))
+	b, _ := k(httptest.NewRequest("post", "/LOGIN;jsessionid=7", nil))
+	if a != b {
+		t.Errorf("RouteIP keys differ by spelling: %q vs %q", a, b)
+	}
+}
+
+// TestPathSpellingsUpstreamsRouteAlikeFallUnderTheRule: every spelling some common upstream
+// routes to /login (case, servlet ;params and "..;", backslashes, a Rails
+// format suffix, dot segments) falls under the /login rule.
+func TestPathSpellingsUpstreamsRouteAlikeFallUnderTheRule(t *testing.T) {
+	m := mustNew(t, Options{Rules: []Rule{
+		{Name: "login", PathPrefix: "/login", Engine: logConfig(1000, time.Minute, newClock())},
+		{Name: "api", PathPrefix: "/API/v1", Engine: logConfig(1000, time.Minute, newClock())},
+	}})
+	h := m.Handler(okHandler)
+	for _, target := range []string{
+		"/login", "/LOGIN", "/Login/", "/login;jsessionid=1", "/login.json", "/login/x.json",
+		"/x/..;/login", "/x/%2e%2e;/login", `/x/..%5clogin`, "//login", "/./login", "/login;a=b/step2",
+		"/api/v1/users", "/API/V1", "/api/v1.json",
+		"/log%C4%B1n", "/LOG%C4%B0N", // dotless and dotted I: ASP.NET's invariant upper case makes them /login
+	} {
+		if policyOf(h, "POST", target) == "" {
+			t.Errorf("POST %s escaped every rule", target)
+		}
+	}
+	for _, target := range []string{"/loginx", "/logins.json", "/api.v1/users", "/api/v2", "/.login"} {
+		if p := policyOf(h, "POST", target); p != "" {
+			t.Errorf("POST %s matched %q, want no rule", target, p)
+		}
+	}
 }
