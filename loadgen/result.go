@@ -296,7 +296,7 @@ func (r *Result) words() verdictText {
 		if !c.Counted {
 			continue
 		}
-		fig := fmt.Sprintf("%s %s (objective %s)", c.Name, c.Measured, c.Objective)
+		fig := fmt.Sprintf("%s %s [objective %s]", c.Name, c.Measured, c.Objective)
 		switch {
 		case c.Pass && !c.Machine:
 			held = append(held, fmt.Sprintf("%s: %s", c.Name, c.Measured))
