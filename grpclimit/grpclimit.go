@@ -125,21 +125,22 @@ type Limiter struct {
 }
 
 type rule struct {
-	name     string
-	all      bool
-	exact    map[string]struct{} // full methods
-	services []string            // "/pkg.Service/" prefixes
-	lim      engine.RateLimiter
-	limit    int
-	window   time.Duration
-	wSec     int64
-	cost     int
-	key      KeyFunc
-	prefix   string // name + NUL: the rule's own keys
-	fbPrefix string // name + 0x01: FallbackKey's keys, apart from any own key
-	policy   string // ratelimit-policy item: "name";q=100;w=60
-	rlPrefix string // ratelimit item up to r's value: "name";r=
-	limitStr string
+	name       string
+	all        bool
+	exact      map[string]struct{} // full methods
+	services   []string            // "/pkg.Service/" prefixes
+	lim        engine.RateLimiter
+	limit      int
+	window     time.Duration
+	wSec       int64
+	cost       int
+	key        KeyFunc
+	prefix     string   // name + NUL: the rule's own keys
+	fbPrefix   string   // name + 0x01: FallbackKey's keys, apart from any own key
+	policy     string   // ratelimit-policy item: "name";q=100;w=60
+	policyVals []string // {policy}, the metadata value list
+	rlPrefix   string   // ratelimit item up to r's value: "name";r=
+	limitStr   string
 }
 
 // New checks opts and builds a Limiter. Invalid options are an error
@@ -219,6 +220,7 @@ func newRule(r *Rule, key KeyFunc, field string, isDefault bool) (*rule, error) 
 		ru.key = key
 	}
 	ru.policy = `"` + r.Name + `";q=` + ru.limitStr + ";w=" + strconv.FormatInt(ru.wSec, 10)
+	ru.policyVals = []string{ru.policy}
 	ru.rlPrefix = `"` + r.Name + `";r=`
 	ru.all = isDefault || len(r.Methods) == 0
 	if !ru.all {

@@ -70,7 +70,7 @@ func (h *countingHealth) Watch(in *healthpb.HealthCheckRequest, s healthpb.Healt
 
 // serve starts a real grpc-go server on 127.0.0.1:0 with the server
 // options given, and returns a client connection to it.
-func serve(t *testing.T, srvOpts []grpc.ServerOption, dialOpts ...grpc.DialOption) (*countingHealth, *grpc.ClientConn) {
+func serve(t testing.TB, srvOpts []grpc.ServerOption, dialOpts ...grpc.DialOption) (*countingHealth, *grpc.ClientConn) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

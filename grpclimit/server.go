@@ -96,7 +96,9 @@ func (v *verdict) metadata() metadata.MD {
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, v.t, 10)
 	}
-	md := metadata.MD{MDPolicy: {ru.policy}, MDRateLimit: {string(b)}}
+	// policyVals is shared by every call of the rule: grpc-go copies
+	// header values into its own lists (metadata.Join), never into ours.
+	md := metadata.MD{MDPolicy: ru.policyVals, MDRateLimit: {string(b)}}
 	if !v.d.Allowed {
 		md[MDRetryAfter] = []string{strconv.FormatInt(retryAfterSeconds(v.d.RetryAfter), 10)}
 	}
