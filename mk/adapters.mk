@@ -1,0 +1,45 @@
+# Adapters (issue 25), each its own module so that the library's module
+# requires none of their dependencies:
+#
+#   grpclimit            gRPC interceptors (grpc-go, go-grpc-middleware)
+#   promlimit            Prometheus collector (client_golang)
+#   examples/frameworks  chi, gin and echo examples
+#
+# `make test` vets each and runs its tests under -race (./... of the root
+# module skips nested modules), runs grpclimit's benchmarks once so they do
+# not rot (no time is judged), and checks that engine and httplimit still
+# import only the standard library and this module's own packages.
+#
+#   make bench-grpc   the interceptor against go-grpc-middleware's ratelimit
+#                     with x/time/rate, $(GRPC_BENCH_COUNT) runs each,
+#                     out/bench/grpc.txt (benchstat groups the impl= rows)
+ADAPTER_MODULES  := grpclimit promlimit examples/frameworks
+GRPC_BENCH_COUNT ?= 5
+GRPC_BENCH_TIME  ?= 0.3s
+
+TEST_EXTRA += adapters adapters-stdlib-only
+.PHONY: adapters adapters-stdlib-only bench-grpc
+
+## adapters (make test): vet and race tests of every adapter module.
+adapters: testsummary
+	@set -e; for m in $(ADAPTER_MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
+	$(call gotest,grpclimit-race,$(CURDIR)/grpclimit,-race -count=1 ./...)
+	$(call gotest,grpclimit-bench-once,$(CURDIR)/grpclimit,-run '^$$' -bench . -benchtime=1x ./...)
+	$(call gotest,promlimit-race,$(CURDIR)/promlimit,-race -count=1 ./...)
+	$(call gotest,frameworks-race,$(CURDIR)/examples/frameworks,-race -count=1 ./...)
+
+## adapters-stdlib-only (make test): engine and httplimit import nothing
+## outside the standard library and this module (the adapters' dependencies
+## stay in their own modules). go list's .Standard marks the standard
+## library, its vendored golang.org/x packages included.
+STDLIB_ONLY_PKGS ?= ./engine ./httplimit
+adapters-stdlib-only:
+	@mod=$$($(GO) list -m); \
+	bad=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(STDLIB_ONLY_PKGS) | grep -v "^$$mod\(/\|$$\)" || true); \
+	if [ -n "$$bad" ]; then echo "adapters-stdlib-only: FAIL: $(STDLIB_ONLY_PKGS) import packages outside the standard library and $$mod:"; echo "$$bad"; exit 1; fi; \
+	echo "adapters-stdlib-only: $(STDLIB_ONLY_PKGS) import only the standard library and $$mod"
+
+## bench-grpc: the gRPC interceptor benchmarks, out/bench/grpc.txt.
+bench-grpc:
+	@mkdir -p out/bench
+	cd grpclimit && $(GO) test -run '^$$' -bench . -count=$(GRPC_BENCH_COUNT) -benchtime=$(GRPC_BENCH_TIME) . | tee $(CURDIR)/out/bench/grpc.txt
