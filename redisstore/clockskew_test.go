@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
@@ -249,5 +250,34 @@ func TestHybridServerHoursAheadGetsLeases(t *testing.T) {
 			t.Fatalf("%v: %+v; want leases and no fault", alg, st)
 		}
 		_ = h.Close()
+	}
+}
+
+// TestRingShardClocksApart: a Ring of two shards, one of them hours ahead:
+// every key is judged by its own shard's clock (none refused as late) and
+// keeps its limit.
+func TestRingShardClocksApart(t *testing.T) {
+	ahead, _ := redistest.StartSkewed(t, 3*time.Hour)
+	plain := redistest.Start(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"ahead": ahead.Addr(), "plain": plain.Addr()},
+		ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = ring.Close() })
+	s := newStore(t, Config{Client: ring, Algorithm: engine.SlidingLog, Limit: 2, Window: time.Minute, OnFailure: FailOpen})
+	for k := range 40 {
+		key := "key-" + strconv.Itoa(k)
+		for i := range 3 {
+			d, err := s.AllowNContext(context.Background(), key, 1)
+			if err != nil {
+				t.Fatalf("%s, call %d: %v", key, i, err)
+			}
+			if want := i < 2; d.Allowed != want {
+				t.Fatalf("%s, call %d: allowed %v, want %v", key, i, d.Allowed, want)
+			}
+		}
+	}
+	for _, srv := range []*redistest.Server{ahead, plain} {
+		if n, err := redistest.Do(srv.Addr(), "DBSIZE"); err != nil || n == "0" {
+			t.Fatalf("shard %s holds %s keys (%v); want the keys spread over both", srv.Addr(), n, err)
+		}
 	}
 }
