@@ -325,12 +325,14 @@ func (r *Result) words() verdictText {
 	case OutcomeFail:
 		if len(limiterMiss) > 0 {
 			v.Summary = "the limiter missed " + strings.Join(limiterMiss, ", ")
-			if len(machineMiss) > 0 {
-				v.Notes = append(v.Notes, "also missed: "+strings.Join(machineMiss, ", "))
-			}
 			if h.Starved {
-				v.Notes = append(v.Notes, "the machine was starved as well (see below), but these figures do not depend on it")
+				v.Notes = append(v.Notes, "the machine was starved too (busy, above), but the limiter's own figures do not depend on it")
 				v.Why = h.Reasons
+			}
+			if len(machineMiss) > 0 && h.Starved {
+				v.Notes = append(v.Notes, "also missed, measuring the starved machine: "+strings.Join(machineMiss, ", "))
+			} else if len(machineMiss) > 0 {
+				v.Notes = append(v.Notes, "also missed: "+strings.Join(machineMiss, ", "))
 			}
 		} else {
 			v.Summary = "missed " + strings.Join(machineMiss, ", ")
