@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +45,7 @@ func TestExampleConfigLoads(t *testing.T) {
 		t.Errorf("default engine config %+v", d)
 	}
 	if opts.Tier != nil || c.budget == nil || len(c.budget.verified) != 0 {
-		t.Error("the example ships tier keys (B3: anyone who read them had the tier)")
+		t.Error("the example ships tier keys (anyone who read them had the tier)")
 	}
 }
 
@@ -88,7 +90,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"key in two tiers", minimal + "  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n    - name: gold\n      api_keys: [" + tierKey + "]\n", `rate_limiting.tiers[1].api_keys[0]: key already belongs to tier "pro"`},
 		{"tier limit 0", minimal + "  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n      max_requests: 0\n", "rate_limiting.tiers[0].max_requests: must be > 0, got 0"},
 		{"tier name clash", minimal + "  rules:\n    - name: pro\n  tiers:\n    - name: pro\n      api_keys: [" + tierKey + "]\n", `rate_limiting.tiers[0].name: "pro" is already the name of rate_limiting.rules[0].name`},
-		// Issue 11 item 6: no silent truncation, every error names the YAML path.
+		// No silent truncation, every error names the YAML path.
 		{"fractional limit", strings.Replace(minimal, "max_requests: 10", "max_requests: 2.9", 1), `rate_limiting.sliding_window.max_requests: must be an integer, got float "2.9" (line 5)`},
 		{"fractional window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 2500.9", 1), `rate_limiting.sliding_window.window_size_ms: must be an integer, got float "2500.9" (line 4)`},
 		{"exponent window", strings.Replace(minimal, "window_size_ms: 1000", "window_size_ms: 1e3", 1), `rate_limiting.sliding_window.window_size_ms: must be an integer, got float "1e3"`},
@@ -170,7 +172,7 @@ func TestFlagErrors(t *testing.T) {
 	}
 }
 
-// TestMemoryTooSmallNamesTheYAMLField pins issue 11 item 6: the engine's
+// TestMemoryTooSmallNamesTheYAMLField: the engine's
 // own check of the memory bound (it depends on the shard count, so only
 // building the limiter finds it) is reported as the YAML field, not as
 // "Config.MaxMemory".
@@ -200,5 +202,106 @@ rate_limiting:
 	}
 	if len(g.resources) != 0 || g.cur.Load() != nil {
 		t.Errorf("a failed load left %d resources, current %v", len(g.resources), g.cur.Load())
+	}
+}
+
+// exampleConfig is the shipped example with the default policy's window
+// and limit replaced, so tests can reach them.
+func exampleConfig(t *testing.T, maxRequests, windowMs int) string {
+	t.Helper()
+	b, err := os.ReadFile("gateway.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "max_requests: 100 ") || !strings.Contains(string(b), "window_size_ms: 1000 ") {
+		t.Fatal("the example's default policy lines changed; update exampleConfig")
+	}
+	cfg := strings.Replace(string(b), "max_requests: 100 ", fmt.Sprintf("max_requests: %d ", maxRequests), 1)
+	return strings.Replace(cfg, "window_size_ms: 1000 ", fmt.Sprintf("window_size_ms: %d ", windowMs), 1)
+}
+
+// TestExampleConfigHasNoUsableTierKeys: the example shipped tier keys
+// (pro-key-1) that anyone who read the README could send; tier keys now
+// must be secrets of 16 characters or more.
+func TestExampleConfigHasNoUsableTierKeys(t *testing.T) {
+	c, err := loadConfig("gateway.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.opts.Tier != nil {
+		t.Error("the example config defines tiers")
+	}
+	_, err = parseConfig([]byte(minimal + "  tiers:\n    - name: pro\n      api_keys: [pro-key-1]\n"))
+	if err == nil || !strings.Contains(err.Error(), "rate_limiting.tiers[0].api_keys[0]: must be at least 16 characters") {
+		t.Errorf("a guessable tier key: %v", err)
+	}
+}
+
+// TestYAMLMergeOctalAndEmptyValuesRejected: merge keys bypassed the integer and
+// alias checks, 0100 was read as 64, and an empty rule max_requests
+// inherited the default.
+func TestYAMLMergeOctalAndEmptyValuesRejected(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"merge float", "rate_limiting:\n  sliding_window:\n    <<: {window_size_ms: 1000.9, max_requests: 2.9}\n",
+			"rate_limiting.sliding_window.<<: YAML merge keys are not supported (line 3)"},
+		{"merge in rule", minimal + "  rules:\n    - name: login\n      <<: {max_requests: 5.9}\n", "rate_limiting.rules[0].<<: YAML merge keys are not supported"},
+		{"merge alias", "rate_limiting:\n  sliding_window: &sw\n    window_size_ms: 1000\n    max_requests: 100\n  rules:\n    - name: login\n      <<: *sw\n",
+			"rate_limiting.rules[0].<<: YAML merge keys are not supported (line 7)"},
+		{"octal", "rate_limiting:\n  sliding_window: {window_size_ms: 1000, max_requests: 0100}\n",
+			`rate_limiting.sliding_window.max_requests: must be a decimal integer, got "0100" (line 2)`},
+		{"hex", "rate_limiting:\n  sliding_window: {window_size_ms: 0x3e8, max_requests: 10}\n", `rate_limiting.sliding_window.window_size_ms: must be a decimal integer, got "0x3e8"`},
+		{"empty rule limit", minimal + "  rules:\n    - {name: login, path_prefix: /login, max_requests: , window_size_ms: 60000}\n",
+			"rate_limiting.rules[0].max_requests: is empty (line 7): give it a value, or remove the line for the default"},
+		{"explicit null", minimal + "proxy:\n  dial_timeout_ms: ~\n", "proxy.dial_timeout_ms: is empty"},
+	} {
+		_, err := parseConfig([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errConfig) {
+			t.Errorf("%s: %v\nwant %q", tc.name, err, tc.want)
+		}
+	}
+	for _, ok := range []string{"max_requests: 1_000", "max_requests: 0", "max_requests: +7"} {
+		_, err := parseConfig([]byte(strings.Replace(minimal, "max_requests: 10", ok, 1)))
+		if err != nil && strings.Contains(err.Error(), "decimal") {
+			t.Errorf("%s rejected as not decimal: %v", ok, err)
+		}
+	}
+}
+
+// TestConfigErrorsNameTheYAMLPath: each of these named a Go type, only a
+// line, nothing, the wrong problem or a section instead of the field; a
+// Redis address without a numeric port was accepted.
+func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unknown field", "rate_limiting:\n  sliding_window: {window_size_ms: 1000, max_requests: 100, max_request: 5}\n",
+			"rate_limiting.sliding_window.max_request: unknown field (line 2)"},
+		{"duplicate key", "rate_limiting:\n  sliding_window:\n    window_size_ms: 1000\n    max_requests: 100\n    max_requests: 1\n",
+			"rate_limiting.sliding_window.max_requests: set twice (lines 4 and 5)"},
+		{"list root", "- a\n- b\n", "the config file's top level: must be a mapping, got a list (line 1)"},
+		{"tagged float", "rate_limiting:\n  sliding_window: {window_size_ms: !!float 1000, max_requests: 100}\n",
+			`rate_limiting.sliding_window.window_size_ms: must be an integer, got float "1000" (line 2)`},
+		{"tagged str", "rate_limiting:\n  sliding_window: {window_size_ms: 1000, max_requests: !!str 100}\n",
+			`rate_limiting.sliding_window.max_requests: must be an integer, got str "100"`},
+		{"key budget new keys", minimal + "  key: header\n  key_budget: {new_keys: 100000}\n", "rate_limiting.key_budget.new_keys: must be in [1, 65535], got 100000"},
+		{"redis port", minimal + "  redis: {address: \"127.0.0.1:notaport\"}\n", `rate_limiting.redis.address: "127.0.0.1:notaport": the port must be a number in [1, 65535]`},
+		{"redis port 0", minimal + "  redis: {address: \"127.0.0.1:0\"}\n", `rate_limiting.redis.address: "127.0.0.1:0": the port must be a number`},
+	} {
+		_, err := parseConfig([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errConfig) {
+			t.Errorf("%s: %v\nwant %q", tc.name, err, tc.want)
+		}
+	}
+	// The key budget's memory bound is checked only by building it (it
+	// depends on the shard count): named by its field too.
+	c, err := parseConfig([]byte(minimal + "  key: header\n  key_budget: {new_keys: 5, memory_limit_mb: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	g.metrics = newMetrics(func() float64 { return 0 }, g.currentEngines)
+	if err := g.load(c); err == nil {
+		g.close()
+		t.Skip("1 MB is enough for this machine's shard count")
+	} else if !strings.HasPrefix(err.Error(), "rate_limiting.key_budget.memory_limit_mb: ") || !errors.Is(err, errConfig) {
+		t.Errorf("key budget memory error %q does not start with its field", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 // TestLibrariesDoNotCompilePrometheus: client_golang is the gateway's
 // dependency only; a program importing engine or httplimit must not
-// compile it (issue 11, observability).
+// compile it.
 func TestLibrariesDoNotCompilePrometheus(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {

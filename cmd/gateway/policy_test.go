@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -43,7 +44,7 @@ func randomKey(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// TestRandomAPIKeysDoNotBypass pins issue 11 item 1 through the gateway's
+// TestRandomAPIKeysDoNotBypass through the gateway's
 // YAML: with key: header_or_ip and a key budget of 2 new keys per IP, a
 // client inventing a fresh X-API-Key per request gets the 2 keys' first
 // requests and then its IP's allowance (3), not 3 per invented key; a
@@ -194,7 +195,7 @@ rate_limiting:
 	}
 }
 
-// TestExampleConfigResistsKeyRotation pins issue 11 item 1 on the shipped
+// TestExampleConfigResistsKeyRotation on the shipped
 // example: one client inventing an X-API-Key per request gets its 5 new
 // keys and then its IP's allowance, and missing keys count against the IP.
 func TestExampleConfigResistsKeyRotation(t *testing.T) {
@@ -226,9 +227,54 @@ func TestExampleConfigResistsKeyRotation(t *testing.T) {
 	if code := do(t, "GET", gw.URL+"/healthz", nil).StatusCode; code != 200 {
 		t.Errorf("exempt /healthz: %d", code)
 	}
-	// B3: the example used to ship working tier keys; the old published
+	// The example used to ship working tier keys; the old published
 	// one is now an unknown key like any other.
 	if code := do(t, "GET", gw.URL+"/", map[string]string{"X-API-Key": "pro-key-1"}).StatusCode; code != 429 {
 		t.Errorf("the old example tier key after the IP is exhausted: %d, want 429", code)
+	}
+}
+
+// TestPreflightsHaveTheirOwnQuota (worth a look): preflights spend no
+// rule's quota, but a client cannot send the upstream an unlimited stream
+// of fake ones either.
+func TestPreflightsHaveTheirOwnQuota(t *testing.T) {
+	up, srv := newCountingUpstream(t)
+	_, gw := newTestGateway(t, minimal+"  preflight: {max_requests: 2}\n", srv.URL)
+	pre := map[string]string{"Origin": "https://app.example", "Access-Control-Request-Method": "POST"}
+	codes := ""
+	for range 4 {
+		codes += fmt.Sprint(do(t, "OPTIONS", gw.URL+"/api", pre).StatusCode, " ")
+	}
+	if codes != "200 200 429 429 " || up.count("OPTIONS /api") != 2 {
+		t.Errorf("preflights: %s, upstream saw %d; want 2 through", codes, up.count("OPTIONS /api"))
+	}
+	for i := 0; i < 10; i++ {
+		if code := do(t, "POST", gw.URL+"/api", nil).StatusCode; code != 200 {
+			t.Fatalf("request %d after the preflights: %d (the default's 10 are untouched)", i, code)
+		}
+	}
+}
+
+// TestDenyCORSOrigins (worth a look): a 429 the gateway sends is readable
+// by scripts of the configured origins only.
+func TestDenyCORSOrigins(t *testing.T) {
+	_, gw := newTestGateway(t, strings.Replace(minimal, "max_requests: 10", "max_requests: 1", 1)+"  deny_cors_origins: [\"https://app.example\"]\n", okUpstream(t).URL)
+	do(t, "GET", gw.URL+"/", nil)
+	res := do(t, "GET", gw.URL+"/", map[string]string{"Origin": "https://app.example"})
+	if res.StatusCode != 429 || res.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		res.Header.Get("Access-Control-Allow-Credentials") != "true" || res.Header.Get("Vary") != "Origin" {
+		t.Errorf("429 for a listed origin: %d %v", res.StatusCode, res.Header)
+	}
+	if !strings.Contains(res.Header.Get("Access-Control-Expose-Headers"), "Retry-After") {
+		t.Errorf("Expose-Headers %q", res.Header.Get("Access-Control-Expose-Headers"))
+	}
+	res = do(t, "GET", gw.URL+"/", map[string]string{"Origin": "https://evil.example"})
+	if res.StatusCode != 429 || res.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("429 for another origin: %d, Allow-Origin %q", res.StatusCode, res.Header.Get("Access-Control-Allow-Origin"))
+	}
+	for _, bad := range []string{"app.example", "https://app.example/", "https://app.example/x", "ftp://a"} {
+		if _, err := parseConfig([]byte(minimal + "  deny_cors_origins: [\"" + bad + "\"]\n")); err == nil || !strings.Contains(err.Error(), "rate_limiting.deny_cors_origins[0]") {
+			t.Errorf("origin %q: %v", bad, err)
+		}
 	}
 }

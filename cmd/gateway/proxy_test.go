@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -47,7 +48,7 @@ func newTestGatewayLog(t *testing.T, yamlCfg, upstream string, log *slog.Logger)
 	return g, srv
 }
 
-// TestUpstreamTimeoutIs504 pins issue 11 item 3: an upstream that does not
+// TestUpstreamTimeoutIs504: an upstream that does not
 // answer within response_header_timeout_ms gets 504, not a wait as long as
 // the upstream likes. The upstream here never answers until the test ends,
 // so only the gateway's timeout can end the request.
@@ -97,7 +98,7 @@ func TestUpstreamDownIs502(t *testing.T) {
 	}
 }
 
-// TestBodyLimit pins issue 11 item 3: a body over max_body_bytes is
+// TestBodyLimit: a body over max_body_bytes is
 // refused with 413, whether Content-Length announces it (refused before
 // the upstream is contacted) or a chunked body runs past it.
 func TestBodyLimit(t *testing.T) {
@@ -154,7 +155,7 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-// TestForwardingHeaders pins issue 11 item 5.
+// TestForwardingHeaders: the gateway passes forwarding claims only from trusted proxies.
 func TestForwardingHeaders(t *testing.T) {
 	var got atomic.Pointer[http.Header]
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -467,7 +468,7 @@ func TestTransportFromConfig(t *testing.T) {
 	}
 }
 
-// TestUpstreamRateLimitHeadersDoNotConflict pins issue 11 item 7 at the
+// TestUpstreamRateLimitHeadersDoNotConflict at the
 // gateway: an upstream that sets its own X-RateLimit-Limit does not give
 // the client two values; upstream_headers chooses whose wins.
 func TestUpstreamRateLimitHeadersDoNotConflict(t *testing.T) {
@@ -484,6 +485,98 @@ func TestUpstreamRateLimitHeadersDoNotConflict(t *testing.T) {
 		}
 		if got := res.Header.Values("RateLimit-Policy"); len(got) != 1 {
 			t.Errorf("upstream_headers %s: RateLimit-Policy %q, want one value", c.mode, got)
+		}
+	}
+}
+
+// TestUnderscoreHeadersNeverReachTheUpstream: a CGI/WSGI upstream reads
+// X_Real_IP as X-Real-IP; an untrusted client's underscore spellings must
+// not pass (nginx drops them by default).
+func TestUnderscoreHeadersNeverReachTheUpstream(t *testing.T) {
+	up, srv := newCountingUpstream(t)
+	claims := map[string]string{"X_Real_IP": "6.6.6.6", "X_Forwarded_For": "6.6.6.6", "X_Forwarded_Proto": "https", "X-Real-IP": "7.7.7.7",
+		"X.Real.IP": "8.8.8.8"} // PHP folds "." too; nginx drops such names (ignore_invalid_headers)
+	_, gw := newTestGateway(t, minimal, srv.URL)
+	do(t, "GET", gw.URL+"/", claims)
+	up.mu.Lock()
+	h := up.last
+	up.mu.Unlock()
+	for k := range h {
+		if strings.ContainsAny(k, "_.") {
+			t.Errorf("upstream got %s: %q", k, h[k])
+		}
+	}
+	if h.Get("X-Real-Ip") != "" || h.Get("X-Forwarded-For") != "127.0.0.1" {
+		t.Errorf("X-Real-IP %q X-Forwarded-For %q", h.Get("X-Real-Ip"), h.Get("X-Forwarded-For"))
+	}
+	_, gw = newTestGateway(t, minimal+"proxy:\n  underscores_in_headers: true\n", srv.URL)
+	do(t, "GET", gw.URL+"/", map[string]string{"X_Trace": "1"})
+	up.mu.Lock()
+	h = up.last
+	up.mu.Unlock()
+	if h.Get("X_trace") == "" {
+		t.Errorf("underscores_in_headers: true dropped X_Trace: %v", h)
+	}
+}
+
+// TestZoneIDsNeverForwarded: an IPv6 zone names an interface of this
+// host; it leaked into X-Forwarded-For and made Forwarded invalid RFC 7239.
+func TestZoneIDsNeverForwarded(t *testing.T) {
+	in := httptest.NewRequest("GET", "http://gw/x", nil)
+	in.RemoteAddr = "[fe80::99%lo]:4711"
+	out := in.Clone(in.Context())
+	forwardHeaders(out, in, nil)
+	if got := out.Header.Get("X-Forwarded-For"); got != "fe80::99" {
+		t.Errorf("X-Forwarded-For %q", got)
+	}
+	if got := out.Header.Get("Forwarded"); !strings.HasPrefix(got, `for="[fe80::99]";`) {
+		t.Errorf("Forwarded %q", got)
+	}
+	// A trusted proxy on a link-local address is trusted with its zone.
+	out = in.Clone(in.Context())
+	in.Header.Set("X-Forwarded-For", "203.0.113.9")
+	forwardHeaders(out, in, []netip.Prefix{netip.MustParsePrefix("fe80::/10")})
+	if got := out.Header.Get("X-Forwarded-For"); got != "203.0.113.9, fe80::99" {
+		t.Errorf("through a zoned trusted proxy: X-Forwarded-For %q", got)
+	}
+}
+
+// TestUpstreamTrailersAndEarlyHintsPassThroughTheGateway: the gateway's
+// own proxy relays a 103 and announced trailers; the final response keeps
+// our headers and no rate-limit header goes out as a trailer.
+func TestUpstreamTrailersAndEarlyHintsPassThroughTheGateway(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Set("Trailer", "X-RateLimit-Limit, RateLimit, X-Sum")
+		w.WriteHeader(200)
+		_, _ = io.WriteString(w, "ok")
+		w.Header().Set("X-RateLimit-Limit", "5000")
+		w.Header().Set("RateLimit", `"up";r=1`)
+		w.Header().Set("X-Sum", "1")
+	}))
+	defer up.Close()
+	for _, mode := range []string{"ours", "theirs"} {
+		_, gw := newTestGateway(t, minimal+"  upstream_headers: "+mode+"\n", up.URL)
+		req, _ := http.NewRequest("GET", gw.URL+"/", nil)
+		req.Header.Set("Origin", "https://app.example")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.Header.Get("RateLimit") == "" || res.Header.Get("Access-Control-Expose-Headers") == "" {
+			t.Errorf("%s: final response lost our headers: %v", mode, res.Header)
+		}
+		for k := range res.Trailer {
+			if strings.Contains(strings.ToLower(k), "ratelimit") {
+				t.Errorf("%s: trailer %s %q", mode, k, res.Trailer[k])
+			}
+		}
+		if res.Trailer.Get("X-Sum") != "1" {
+			t.Errorf("%s: other trailers lost: %v", mode, res.Trailer)
 		}
 	}
 }

@@ -106,11 +106,11 @@ rate_limiting:
 	}
 }
 
-// TestW6HybridHeadersClaimNoLease: a hybrid rule's Decision.Remaining is
+// TestHybridHeadersClaimNoLease: a hybrid rule's Decision.Remaining is
 // its node's lease, so every admitted response said r=0 (and
 // X-RateLimit-Remaining 0) while the global quota had room. An admitted
 // response now carries no RateLimit item or X-RateLimit-Remaining for it.
-func TestW6HybridHeadersClaimNoLease(t *testing.T) {
+func TestHybridHeadersClaimNoLease(t *testing.T) {
 	rs := redistest.Start(t)
 	cfg := fmt.Sprintf(`
 rate_limiting:
@@ -132,7 +132,7 @@ rate_limiting:
 	for i := 0; i < 4; i++ {
 		res := do(t, "GET", gw.URL+"/", nil)
 		if res.StatusCode != 200 {
-			continue // the hybrid's own first-request behaviour is redisstore's (issue 10)
+			continue // the hybrid's own first-request behaviour is redisstore's to test
 		}
 		admitted++
 		if v := res.Header.Values("RateLimit"); len(v) != 0 {

@@ -45,7 +45,7 @@ rate_limiting:
       max_requests: 2
 `
 
-// TestSIGHUPReloads pins issue 11 item 2 on a real process: SIGHUP no
+// TestSIGHUPReloads on a real process: SIGHUP no
 // longer kills the gateway; a bad file is refused with the reason logged
 // and the old configuration keeps serving; a good file is swapped in, the
 // default rule (key and policy unchanged) keeps its count, the changed
@@ -120,7 +120,7 @@ func TestSIGHUPReloads(t *testing.T) {
 	}
 }
 
-// TestShutdownTimeoutDropsAndExits3 pins issue 11 item 4: a request still
+// TestShutdownTimeoutDropsAndExits3: a request still
 // running when -shutdown-timeout expires is logged by method and path and
 // the exit status is 3, distinct from a bad configuration's 2.
 func TestShutdownTimeoutDropsAndExits3(t *testing.T) {
@@ -200,5 +200,73 @@ func TestShutdownCountsUpgradedConnections(t *testing.T) {
 	}
 	if code, _ := p.wait(); code != exitDropped {
 		t.Errorf("exit status %d, want %d", code, exitDropped)
+	}
+}
+
+// TestReloadKeepsIPRuleState: a reload that changes only
+// key_budget.new_keys, or only key_header, does not touch an ip-keyed
+// rule: the login rule kept granting 5 fresh attempts per such reload.
+func TestReloadKeepsIPRuleState(t *testing.T) {
+	cfg := exampleConfig(t, 100, 1000)
+	g, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	for i := 0; i < 5; i++ {
+		do(t, "POST", gw.URL+"/login", nil)
+	}
+	for _, edit := range []struct{ from, to string }{
+		{"new_keys: 5 ", "new_keys: 6 "},
+		{"key_header: X-API-Key ", "key_header: X-Api-Token "},
+		{"window_ms: 600000 ", "window_ms: 300000 "},
+	} {
+		next := strings.Replace(cfg, edit.from, edit.to, 1)
+		if next == cfg {
+			t.Fatalf("example config lacks %q", edit.from)
+		}
+		cfg = next
+		c, err := parseConfig([]byte(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.load(c); err != nil {
+			t.Fatal(err)
+		}
+		if code := do(t, "POST", gw.URL+"/login", nil).StatusCode; code != 429 {
+			t.Errorf("after a reload changing %q: login %d, want 429 (state kept)", edit.from, code)
+		}
+	}
+	// A change that does change the ip keys (trusting a proxy) starts afresh.
+	c, err := parseConfig([]byte(strings.Replace(cfg, "trusted_proxies: []", "trusted_proxies: [10.0.0.0/8]", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.load(c); err != nil {
+		t.Fatal(err)
+	}
+	if code := do(t, "POST", gw.URL+"/login", nil).StatusCode; code != 200 {
+		t.Errorf("after changing trusted_proxies: login %d, want 200 (keys mean something else now)", code)
+	}
+}
+
+// TestReloadDropsSeriesOfRemovedRules (worth a look): series of rules a
+// reload removed (or a failed reload introduced) stayed in /metrics.
+func TestReloadDropsSeriesOfRemovedRules(t *testing.T) {
+	withA := minimal + "  rules:\n    - name: gone\n      path_prefix: /a\n"
+	g, gw := newTestGateway(t, withA, okUpstream(t).URL)
+	do(t, "GET", gw.URL+"/a", nil)
+	if !strings.Contains(scrape(t, g), `rule="gone"`) {
+		t.Fatal("no series for rule gone before the reload")
+	}
+	c, err := parseConfig([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.load(c); err != nil {
+		t.Fatal(err)
+	}
+	m := scrape(t, g)
+	if strings.Contains(m, `rule="gone"`) {
+		t.Error("series of the removed rule gone are still exported")
+	}
+	if !strings.Contains(m, `slidelimit_gateway_decisions_total{outcome="allowed",rule="default"}`) {
+		t.Error("the default rule's series went too")
 	}
 }

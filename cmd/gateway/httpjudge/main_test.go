@@ -44,8 +44,8 @@ func TestParseHistogramSumsRulesAndQuantiles(t *testing.T) {
 }
 
 // TestJudgeVerdicts pins the objectives and the exit statuses the README
-// and mk/gateway.mk document (W8: a run that measured the generator's
-// backlog failed, and a 110 % rate passed).
+// and mk/gateway.mk document (a review found a run that measured the
+// generator's backlog failing, and a 110 % rate passing).
 func TestJudgeVerdicts(t *testing.T) {
 	// Every decision within 2 us: p99 <= 2 us.
 	const fast = `slidelimit_gateway_decision_seconds_bucket{rule="a",le="1e-06"} 10
