@@ -1,4 +1,4 @@
-# Example gateway (issues 5 and 11): cmd/gateway in front of its builtin
+# Example gateway: cmd/gateway in front of its builtin
 # upstream, driven over loopback by the load generator's HTTP mode.
 #
 #   make gateway    build bin/gateway
