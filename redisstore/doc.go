@@ -91,12 +91,13 @@
 //
 // A server clock that steps back (an NTP step, a failover to a replica
 // whose clock is behind) leaves state dated after the server's now. The
-// scripts move it to now (SlidingLog entries to now, a SlidingCounter's
+// scripts move it back to now (a SlidingLog key's entries so that the
+// newest is at now, the others keeping their spacing; a SlidingCounter's
 // counts to now's window): those requests were made no later than now in
-// real time, so they still count for at least their full Window and
-// nothing extra is admitted, and a key frees within one Window of the step
-// (SlidingCounter: two, its memory) with a RetryAfter that is true, not
-// the size of the step. A clock that steps forward ages entries out early
+// real time, so each still counts for at least its full Window and nothing
+// extra is admitted, and a key frees at most one Window (SlidingCounter:
+// two, its memory) after its first call after the step, with a RetryAfter
+// that is true, not the size of the step. A clock that steps forward ages entries out early
 // by the step: up to Limit more in the window of the step, as for a
 // server that loses its data.
 //

@@ -130,11 +130,14 @@ end
 // Entries after now mean a clock that went back: with the server's TIME
 // (rebase), an NTP step back or a failover to a server whose clock is
 // behind. Kept where they are, they would hold the key for the size of the
-// step, not a Window; so they are moved to now (ZADD XX, names kept, which
-// the Hybrid's returns by name need). They were written no later than now
-// in real time, so each still counts for at least as long as it would
-// have: the key frees within one Window of the step and admits nothing
-// extra. The key's TTL, which the step lengthened (Redis expires keys by
+// step, not a Window; so they are moved back by d = newest - now, the
+// newest to now, the others keeping their distance to it (ZADD XX, names
+// kept, which the Hybrid's returns by name need). The newest was written
+// no later than now in real time, so every entry moved is at least as old
+// as it now looks, and one that stayed (at or before now) older than it
+// looks too: nothing counts for less than its Window, nothing extra is
+// admitted, and the key frees at most one Window after its first call
+// after the step. The key's TTL, which the step lengthened (Redis expires keys by
 // its wall clock), is set back to two windows, so upkeep (logWrite) keeps
 // dropping old entries. With a Config.Clock (tests, the engine's semantics) they stay,
 // and the newest one's score (last) is read: ZRANGE WITHSCORES formats a
@@ -146,15 +149,16 @@ local K = KEYS[1]
 local last = nil
 if redis.call('ZCOUNT', K, now + 1, '+inf') > 0 then
   if rebase then
-    local ahead = redis.call('ZRANGEBYSCORE', K, '(' .. string.format('%d', now), '+inf')
+    local ahead = redis.call('ZRANGEBYSCORE', K, '(' .. string.format('%d', now), '+inf', 'WITHSCORES')
+    local d = tonumber(ahead[#ahead]) - now
     local i = 1
     while i <= #ahead do
       local args = {'XX'}
       local j = 0
       while i <= #ahead and j < 1000 do
-        args[2 * j + 2] = now
+        args[2 * j + 2] = tonumber(ahead[i + 1]) - d
         args[2 * j + 3] = ahead[i]
-        i = i + 1
+        i = i + 2
         j = j + 1
       end
       redis.call('ZADD', K, unpack(args))
