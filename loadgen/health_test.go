@@ -179,7 +179,7 @@ func TestBusyGoroutinesMakeTheRunStarvedNeverFailed(t *testing.T) {
 	c.Objectives.HeapGrowthPct = 1000
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for range 2 * runtime.GOMAXPROCS(0) {
+	for range runtime.GOMAXPROCS(0) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -201,4 +201,5 @@ func TestBusyGoroutinesMakeTheRunStarvedNeverFailed(t *testing.T) {
 	if !r.Health.Starved {
 		t.Errorf("busy goroutines on every P not seen as starvation: %s", r.Health.figures())
 	}
+	t.Logf("%s: %q", r.Outcome, r.Health.Reasons)
 }
