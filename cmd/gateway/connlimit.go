@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -143,6 +144,16 @@ type limitedConn struct {
 	key    netip.Addr
 	keyed  bool
 	closed atomic.Bool
+}
+
+// CloseWrite passes the half-close through: net/http half-closes before
+// it closes a connection it refused (431, 400), so the client reads the
+// answer instead of a reset caused by the header bytes left unread.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }
 
 func (c *limitedConn) Close() error {
