@@ -142,18 +142,18 @@ func runChecker(t *testing.T, c checkCase, run time.Duration) {
 				now := l.Now()
 				switch x := r.IntN(20); {
 				case x < 2: // a stale Peek: must not disturb the key
-					l.PeekAt(key, now-r.Int64N(3*int64(checkWindow)))
+					l.PeekAt(key, now-Time(r.Int64N(3*int64(checkWindow))))
 					continue
 				case len(ops) >= checkMaxOps:
 					continue // enough logged; keep the load on
 				case x < 5: // a stale request: counts at the key's newest time
-					now -= r.Int64N(3 * int64(checkWindow))
+					now -= Time(r.Int64N(3 * int64(checkWindow)))
 				}
 				n := 1
 				if r.IntN(8) == 0 {
 					n = 2
 				}
-				op := checkOp{key: k, n: n, at: now, start: seq.Add(1)}
+				op := checkOp{key: k, n: n, at: int64(now), start: seq.Add(1)}
 				op.d = l.AllowNAt(key, n, now)
 				op.end = seq.Add(1)
 				ops = append(ops, op)

@@ -8,6 +8,7 @@ import (
 )
 
 // Algorithm selects how a Limiter counts requests in the sliding window.
+// The zero value means DefaultAlgorithm.
 type Algorithm uint8
 
 const (
@@ -20,6 +21,14 @@ const (
 	// weights the previous count by the part of it still inside the window.
 	SlidingCounter
 )
+
+// DefaultAlgorithm is what a zero Config.Algorithm means: SlidingCounter,
+// whose memory per key is constant (18-26 bytes) whatever Limit is, and
+// which decides a hot key fastest. Its decisions follow the weighted
+// formula (see the package doc), within 2 x Limit - 1 of the exact count
+// in the worst case; choose SlidingLog where every decision must be exact
+// (its memory per key grows with Limit: 4 bytes per unit).
+const DefaultAlgorithm = SlidingCounter
 
 // String returns "log" or "counter".
 func (a Algorithm) String() string {
@@ -84,9 +93,10 @@ const (
 // ErrInvalidConfig is wrapped by every error New returns.
 var ErrInvalidConfig = errors.New("invalid config")
 
-// Config configures a Limiter. Algorithm, Limit and Window are required.
+// Config configures a Limiter. Limit and Window are required; every other
+// field has a default where it is zero.
 type Config struct {
-	Algorithm Algorithm
+	Algorithm Algorithm     // 0: DefaultAlgorithm (SlidingCounter)
 	Limit     int           // requests admitted per Window
 	Window    time.Duration // length of the sliding window
 	Clock     Clock         // nil: the engine's own monotonic clock
@@ -124,6 +134,8 @@ func invalid(format string, args ...any) error {
 // normalize validates c and fills in defaults.
 func (c Config) normalize() (Config, error) {
 	switch c.Algorithm {
+	case 0:
+		c.Algorithm = DefaultAlgorithm
 	case SlidingLog, SlidingCounter:
 	default:
 		return c, invalid("Config.Algorithm %d is unknown (want SlidingLog or SlidingCounter)", uint8(c.Algorithm))

@@ -2,17 +2,33 @@ package engine
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
 // Decision is the full answer for one request.
 type Decision struct {
-	Allowed    bool
-	Limit      int
-	Remaining  int           // requests still admissible right now (after this one)
-	RetryAfter time.Duration // when denied: the earliest moment a retry can pass (exact for SlidingLog); 0 when allowed
+	Allowed   bool
+	Limit     int
+	Remaining int // requests still admissible right now (after this one)
+	// RetryAfter, when denied, is the earliest moment a retry can pass
+	// (exact for SlidingLog); 0 when allowed. A call that no retry can
+	// pass (n <= 0, n above the limit, a per-call limit out of range) has
+	// RetryAfter Never: compare with Never before doing arithmetic on it.
+	RetryAfter time.Duration
 	ResetAfter time.Duration // until the key's window is empty again
 }
+
+// Never is the RetryAfter of a call that can never be admitted, however
+// long the caller waits: n <= 0, n greater than the limit, or (in
+// AllowNWithLimit) a limit outside what the key can hold. Such a call
+// records nothing and is counted in Stats.Invalid, not Stats.Denied. An
+// HTTP front end should answer it as a bad request (400 or 413), not 429.
+const Never = time.Duration(math.MaxInt64)
+
+// Admissible reports whether a retry can ever pass: false for a call
+// whose RetryAfter is Never.
+func (d Decision) Admissible() bool { return d.RetryAfter != Never }
 
 // RateLimiter is the Limiter-shaped API that every backend satisfies (the
 // in-memory *Limiter here, the Redis store and the hybrid in package
@@ -46,7 +62,8 @@ type Stats struct {
 	Keys      int    // keys tracked now
 	MaxKeys   int    // the key bound derived from Config.MaxMemory / MaxKeys
 	Allowed   uint64 // decisions that admitted
-	Denied    uint64 // decisions that denied
+	Denied    uint64 // decisions that denied because the window was full
+	Invalid   uint64 // calls that can never be admitted (RetryAfter Never): not in Allowed or Denied
 	Inserts   uint64 // keys created
 	Reclaimed uint64 // idle keys reclaimed (sweep or lazy reuse)
 	Overflow  uint64 // decisions made for keys that could not be tracked (bound reached)

@@ -41,7 +41,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"limit negative", func(c *Config) { c.Limit = -3 }, "Config.Limit"},
 		{"window zero", func(c *Config) { c.Window = 0 }, "Config.Window"},
 		{"window negative", func(c *Config) { c.Window = -time.Second }, "Config.Window"},
-		{"algorithm unset", func(c *Config) { c.Algorithm = 0 }, "Config.Algorithm"},
 		{"algorithm unknown", func(c *Config) { c.Algorithm = 9 }, "Config.Algorithm"},
 		{"log limit too big", func(c *Config) { c.Limit = MaxLogLimit + 1 }, "Config.Limit"},
 		{"counter limit too big", func(c *Config) { c.Algorithm = SlidingCounter; c.Limit = MaxCounterLimit + 1 }, "Config.Limit"},
@@ -98,7 +97,7 @@ func TestConformanceVector(t *testing.T) {
 		}{{0, true}, {999, true}, {1000, false}, {1001, true}, {1002, false}, {1999, false}, {2000, true}}
 		for _, s := range steps {
 			clk.t.Store(s.ms * 1e6)
-			if got := l.AllowAt("bob", s.ms*1e6).Allowed; got != s.allow {
+			if got := l.AllowAt("bob", Time(s.ms*1e6)).Allowed; got != s.allow {
 				t.Fatalf("request at %d ms: allowed=%v, want %v", s.ms, got, s.allow)
 			}
 		}
@@ -121,7 +120,7 @@ func runSteps(t *testing.T, l *Limiter, key string, steps []allowStep) {
 		if clk, ok := l.cfg.Clock.(*fakeClock); ok {
 			clk.t.Store(int64(s.at)) // the steps' times are the clock's
 		}
-		d := l.AllowNAt(key, s.n, int64(s.at))
+		d := l.AllowNAt(key, s.n, Time(s.at))
 		want := Decision{Allowed: s.allowed, Limit: l.Config().Limit, Remaining: s.remaining, RetryAfter: s.retry, ResetAfter: s.reset}
 		if d != want {
 			t.Fatalf("step %d (AllowN(%d) at %v): got %+v, want %+v", i, s.n, s.at, d, want)
@@ -137,7 +136,7 @@ func TestLogDecisionFields(t *testing.T) {
 		{0, 1, true, 2, 0, time.Second + us},
 		{100 * ms, 2, true, 0, 0, time.Second + us},
 		{200 * ms, 1, false, 0, 800*ms + us, 900*ms + us},
-		{300 * ms, 4, false, 0, 0, 0},                       // n > Limit: never passes
+		{300 * ms, 4, false, 0, Never, 0},                   // n > Limit: never passes
 		{1000*ms + us, 1, true, 0, 0, time.Second + us},     // the entry at 0 left the window
 		{1050 * ms, 2, false, 0, 50*ms + us, 950*ms + 2*us}, // 2nd oldest (100ms) leaves at 1100ms+1µs
 	})
@@ -221,7 +220,7 @@ func TestLogMatchesModel(t *testing.T) {
 				n = r.IntN(limit+2) - 0
 			}
 			clk.t.Store(now) // times are the clock's readings, as AllowNAt wants
-			got := l.AllowNAt(key, n, now)
+			got := l.AllowNAt(key, n, Time(now))
 			want := m.allowN(key, n, now)
 			if penalty { // RetryAfter under penalty is checked by the step tables only
 				got.RetryAfter, want.RetryAfter = 0, 0
@@ -258,7 +257,7 @@ func TestCounterMatchesModel(t *testing.T) {
 			if r.IntN(5) == 0 {
 				n = r.IntN(limit + 2)
 			}
-			if got, want := l.AllowNAt(key, n, now).Allowed, m.allowN(key, n, now); got != want {
+			if got, want := l.AllowNAt(key, n, Time(now)).Allowed, m.allowN(key, n, now); got != want {
 				t.Fatalf("trace %d step %d: limit %d window %v: AllowN(%s, %d) at %d: got %v, want %v", tr, step, limit, window, key, n, now, got, want)
 			}
 		}
@@ -596,11 +595,11 @@ func TestLongIdleKeyStartsEmpty(t *testing.T) {
 		l := newLimiter(t, Config{Algorithm: c.a, Limit: c.limit, Window: c.window, Clock: clk})
 		l.AllowNAt("k", c.limit, 0)
 		clk.t.Store(int64(c.later))
-		d := l.AllowNAt("k", c.limit, int64(c.later))
+		d := l.AllowNAt("k", c.limit, Time(c.later))
 		if !d.Allowed || d.Remaining != 0 {
 			t.Errorf("%v: after %v idle, AllowN(Limit) = %+v, want allowed", c.a, c.later, d)
 		}
-		if l.AllowAt("k", int64(c.later)).Allowed {
+		if l.AllowAt("k", Time(c.later)).Allowed {
 			t.Errorf("%v: limit not enforced after the restart", c.a)
 		}
 	}
@@ -672,7 +671,7 @@ func TestWindowBounds(t *testing.T) {
 		if !d.Allowed || d.ResetAfter < MaxWindow {
 			t.Fatalf("%v: %+v", a, d)
 		}
-		d = l.AllowAt("k", int64(time.Hour))
+		d = l.AllowAt("k", Time(time.Hour))
 		if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*MaxWindow {
 			t.Fatalf("%v: denied decision %+v", a, d)
 		}

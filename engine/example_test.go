@@ -105,3 +105,21 @@ func ExampleLimiter_AllowMany() {
 	fmt.Println(answers)
 	// Output: [true true true false]
 }
+
+// A gateway reads the Limiter's clock once per request (a Time, not a
+// wall-clock int64) and decides every rule of the request at that time.
+func ExampleLimiter_AllowAt() {
+	l, err := engine.New(engine.Config{Limit: 2, Window: time.Second}) // SlidingCounter, the default
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	now := l.Now()
+	for i := 0; i < 3; i++ {
+		fmt.Println(l.AllowAt("client-1", now).Allowed)
+	}
+	// Output:
+	// true
+	// true
+	// false
+}

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Per-call limits (issue 12): random traces where every call picks its own
+// Per-call limits: random traces where every call picks its own
 // limit, against the reference models.
 func TestPerCallLimitMatchesModel(t *testing.T) {
 	traces := 1500
@@ -42,7 +42,7 @@ func TestPerCallLimitMatchesModel(t *testing.T) {
 				n = r.IntN(callLimit + 2)
 			}
 			clk.t.Store(now) // times are the clock's readings, as AllowNWithLimitAt wants
-			got := l.AllowNWithLimitAt(key, n, callLimit, now)
+			got := l.AllowNWithLimitAt(key, n, callLimit, Time(now))
 			if a == SlidingLog {
 				want := lm.allowNLimit(key, n, callLimit, now)
 				if penalty {
@@ -64,8 +64,9 @@ func TestPerCallLimitMatchesModel(t *testing.T) {
 
 // The bounds: SlidingLog takes a per-call limit up to its ring size
 // (Config.Limit), SlidingCounter up to MaxCounterLimit; outside, and for an
-// n past the limit, the call is denied, records nothing, and waiting does
-// not help (RetryAfter 0).
+// n past the limit, the call is denied, records nothing, says that waiting
+// does not help (RetryAfter Never, not 0, which invites a retry loop) and
+// counts in Stats.Invalid, not as a rate-limit denial.
 func TestPerCallLimitBounds(t *testing.T) {
 	for _, a := range algorithms {
 		l := newLimiter(t, Config{Algorithm: a, Limit: 10, Window: time.Second, Clock: &fakeClock{}})
@@ -77,9 +78,12 @@ func TestPerCallLimitBounds(t *testing.T) {
 		}
 		for _, c := range bad {
 			d := l.AllowNWithLimitAt("k", c[0], c[1], 0)
-			if d.Allowed || d.RetryAfter != 0 || d.Limit != c[1] {
-				t.Errorf("%v: AllowNWithLimit(n=%d, limit=%d) = %+v, want denied with RetryAfter 0", a, c[0], c[1], d)
+			if d.Allowed || d.RetryAfter != Never || d.Admissible() || d.Limit != c[1] {
+				t.Errorf("%v: AllowNWithLimit(n=%d, limit=%d) = %+v, want denied with RetryAfter Never", a, c[0], c[1], d)
 			}
+		}
+		if st := l.Stats(); st.Invalid != uint64(len(bad)) || st.Denied != 0 || st.Allowed != 0 {
+			t.Errorf("%v: stats %+v, want %d invalid and no denials", a, st, len(bad))
 		}
 		if l.Len() != 0 {
 			t.Errorf("%v: out-of-range calls recorded state (%d keys)", a, l.Len())

@@ -80,6 +80,7 @@ type stats struct {
 	s        [statStripes]stripe
 	inserts  atomic.Uint64
 	overflow atomic.Uint64
+	invalid  atomic.Uint64 // calls that can never be admitted (rare: one counter)
 }
 
 // count adds one decision. The stripe is picked by the address of the
@@ -139,7 +140,7 @@ func New(cfg Config) (*Limiter, error) {
 	l.ahead = min(l.lead, l.window)
 	l.noteStep = max(1, min(l.lead/8, l.ahead))
 	l.sweepDue.Store(l.guard)
-	now := func() int64 { return l.rel(l.Now()) }
+	now := func() int64 { return l.rel(l.now()) }
 	if c.Algorithm == SlidingCounter {
 		perKey := int64(shard.FlatBytesPerKey)
 		fixed := int64(c.Shards) * shard.FlatShardBytes
@@ -237,10 +238,29 @@ func resolution(limit int, window time.Duration) int64 {
 // a whole number of ticks.
 func (l *Limiter) Resolution() time.Duration { return time.Duration(l.res) }
 
+// Time is a reading of a Limiter's clock: nanoseconds from an origin of
+// that clock's own (Config.Clock's, or the engine's monotonic clock's, an
+// instant near the program's start). Get one from Limiter.Now; move it with
+// Add. AllowAt, AllowNAt, PeekAt and AllowNWithLimitAt take a Time, not an
+// int64, so that a wall-clock time (time.Now().UnixNano(), decades from
+// the origin) cannot be passed by mistake; converted explicitly, it is
+// ahead of the clock and counts one Window ahead (see Time in the package
+// doc): its key then recovers within two Windows.
+type Time int64
+
+// Add returns t+d.
+func (t Time) Add(d time.Duration) Time { return t + Time(d) }
+
+// Sub returns the duration t-u.
+func (t Time) Sub(u Time) time.Duration { return time.Duration(t - u) }
+
 // Now reads the Limiter's clock: Config.Clock, or the engine's own cached
 // monotonic clock (see ClockRefresh). AllowAt and friends take times from
 // this same clock.
-func (l *Limiter) Now() int64 {
+func (l *Limiter) Now() Time { return Time(l.now()) }
+
+// now is Now as a plain int64, for the engine's own arithmetic.
+func (l *Limiter) now() int64 {
 	if l.clock != nil {
 		n := l.clock.Now()
 		// Note the reading for the bound on callers' times (see at). A
@@ -276,7 +296,7 @@ func (l *Limiter) noteHorizon(rel int64) int64 {
 // slow path call), at most noteStep (ahead or less) behind it.
 func (l *Limiter) horizonNow() int64 {
 	if l.clock == nil {
-		return l.rel(l.Now())
+		return l.rel(l.now())
 	}
 	return l.horizon.Load()
 }
@@ -287,8 +307,8 @@ func (l *Limiter) horizonNow() int64 {
 // clock+ahead, one further behind at clock-lead. Within the bound (the
 // common case) it costs a load of the latest clock reading seen and two
 // comparisons; outside it, a clock read.
-func (l *Limiter) at(now int64) int64 {
-	rel := l.rel(now)
+func (l *Limiter) at(now Time) int64 {
+	rel := l.rel(int64(now))
 	// A reading h is at most noteStep <= ahead old, so a time within
 	// [h-lead, h+ahead] is within lead+noteStep behind the clock, far
 	// inside the lateness bound (4 x lead) that the bound protects, and at
@@ -301,7 +321,7 @@ func (l *Limiter) at(now int64) int64 {
 }
 
 func (l *Limiter) atSlow(rel int64) int64 {
-	c := l.noteHorizon(l.rel(l.Now()))
+	c := l.noteHorizon(l.rel(l.now()))
 	return min(max(rel, c-l.lead), satAdd(c, l.ahead))
 }
 
@@ -352,7 +372,7 @@ func satMul(a, b int64) int64 {
 // a key dated ahead of the clock (by AllowAt) is forgotten too.
 func (l *Limiter) catchUp(rel int64) {
 	l.sweepMu.Lock()
-	now := l.rel(l.Now())
+	now := l.rel(l.now())
 	if l.guardDue(now) {
 		l.sweepAt(now, now-l.sweepDue.Load() >= l.guard)
 	}
@@ -381,7 +401,7 @@ func (l *Limiter) Config() Config { return l.cfg }
 // if so. It does not allocate for an existing key (creating one may grow
 // its shard's table: see the package doc).
 func (l *Limiter) Allow(key string) bool {
-	rel := l.rel(l.Now())
+	rel := l.rel(l.now())
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
@@ -421,10 +441,10 @@ func (l *Limiter) allowLog(h uint64, rel int64) bool {
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
-// Decision. n <= 0 or n > Limit is always denied (RetryAfter 0: waiting
-// does not help) and records nothing.
+// Decision. n <= 0 or n > Limit can never be admitted: it is denied with
+// RetryAfter Never, records nothing and counts in Stats.Invalid.
 func (l *Limiter) AllowN(key string, n int) Decision {
-	return l.take(key, n, l.limit, l.rel(l.Now()))
+	return l.take(key, n, l.limit, l.rel(l.now()))
 }
 
 // AllowNWithLimit is AllowN deciding with limit instead of Config.Limit, for
@@ -438,14 +458,15 @@ func (l *Limiter) AllowN(key string, n int) Decision {
 // limit must be in [1, Config.Limit] for SlidingLog (its ring holds the
 // last Config.Limit requests: configure Limit as the largest tier's) and in
 // [1, MaxCounterLimit] for SlidingCounter. Outside that, and for n <= 0 or
-// n > limit, the call is denied, records nothing and returns RetryAfter 0
-// (waiting does not help), like an n out of range.
+// n > limit, the call can never be admitted: it is denied with RetryAfter
+// Never, records nothing and counts in Stats.Invalid, like an n out of
+// range.
 func (l *Limiter) AllowNWithLimit(key string, n, limit int) Decision {
-	return l.take(key, n, limit, l.rel(l.Now()))
+	return l.take(key, n, limit, l.rel(l.now()))
 }
 
 // AllowNWithLimitAt is AllowNWithLimit at time now of the Limiter's clock.
-func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decision {
+func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now Time) Decision {
 	return l.take(key, n, limit, l.at(now))
 }
 
@@ -453,22 +474,22 @@ func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now int64) Decisio
 // A gateway can read the clock once per request; tests need no fake clock.
 // A time behind the key's newest counts at the newest (see Time in the
 // package doc, which also says what a time ahead of the clock does).
-func (l *Limiter) AllowAt(key string, now int64) Decision {
+func (l *Limiter) AllowAt(key string, now Time) Decision {
 	return l.take(key, 1, l.limit, l.at(now))
 }
 
 // AllowNAt is AllowN at time now of the Limiter's clock.
-func (l *Limiter) AllowNAt(key string, n int, now int64) Decision {
+func (l *Limiter) AllowNAt(key string, n int, now Time) Decision {
 	return l.take(key, n, l.limit, l.at(now))
 }
 
 // Peek reports what AllowN(key, 1) would decide now, consuming nothing.
 // Remaining counts the requests admissible now (not minus a hypothetical
 // one).
-func (l *Limiter) Peek(key string) Decision { return l.peek(key, l.rel(l.Now())) }
+func (l *Limiter) Peek(key string) Decision { return l.peek(key, l.rel(l.now())) }
 
 // PeekAt is Peek at time now of the Limiter's clock.
-func (l *Limiter) PeekAt(key string, now int64) Decision { return l.peek(key, l.at(now)) }
+func (l *Limiter) PeekAt(key string, now Time) Decision { return l.peek(key, l.at(now)) }
 
 func (l *Limiter) tick(rel int64) uint32 { return uint32(l.ticks.Div(uint64(rel))) }
 
@@ -490,8 +511,10 @@ func (l *Limiter) maxCallLimit() int {
 
 func (l *Limiter) take(key string, n, limit int, rel int64) Decision {
 	if limit <= 0 || limit > l.maxCallLimit() || n <= 0 || n > limit {
-		l.stats.count(false)
-		return Decision{Limit: limit}
+		// Not a rate-limit denial: no wait makes it pass. Counted apart,
+		// and said so with RetryAfter Never (0 would invite a retry loop).
+		l.stats.invalid.Add(1)
+		return Decision{Limit: limit, RetryAfter: Never}
 	}
 	if l.flat != nil {
 		return l.decideCounter(l.flat.Hash(key), n, limit, rel, true)
@@ -575,7 +598,7 @@ func satAdd(a, b int64) int64 {
 // or past sweepDue before the sweep has run, which is what lets a total
 // sweep free every key it finds (see catchUp).
 func (l *Limiter) insertClock() (clk int64, due bool) {
-	clk = l.rel(l.Now())
+	clk = l.rel(l.now())
 	return clk, l.guardDue(clk)
 }
 
@@ -771,7 +794,7 @@ func (l *Limiter) peekCounter(key string, rel int64) Decision {
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) {
-	rel := l.rel(l.Now())
+	rel := l.rel(l.now())
 	if l.table != nil {
 		h := l.table.Hash(key)
 		if l.table.Forget(h, rel) {
@@ -827,7 +850,7 @@ func (l *Limiter) Len() int {
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
-		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load()}
+		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load(), Invalid: l.stats.invalid.Load()}
 	for i := range l.stats.s {
 		st.Allowed += l.stats.s[i].allowed.Load()
 		st.Denied += l.stats.s[i].denied.Load()
@@ -881,7 +904,7 @@ func (l *Limiter) sweepLoop() {
 func (l *Limiter) Sweep() int {
 	l.sweepMu.Lock()
 	defer l.sweepMu.Unlock()
-	rel := l.rel(l.Now())
+	rel := l.rel(l.now())
 	if due := l.sweepDue.Load(); rel >= due {
 		return l.sweepAt(rel, rel-due >= l.guard) // as catchUp would
 	}

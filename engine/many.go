@@ -22,7 +22,7 @@ const manyGroup = 16
 // following one another. A key that appears twice is decided twice.
 func (l *Limiter) AllowMany(dst []bool, keys []string) []bool {
 	dst = slices.Grow(dst, len(keys))
-	rel := l.rel(l.Now())
+	rel := l.rel(l.now())
 	var hs [manyGroup]uint64
 	for len(keys) > 0 {
 		g := keys[:min(len(keys), manyGroup)]

@@ -24,7 +24,7 @@ func TestResetsKeepMemoryWithinBound(t *testing.T) {
 				MaxMemory: bound, Shards: c.shards, SweepInterval: time.Hour, Overflow: OverflowDeny})
 			keys := l.Config().MaxKeys
 			for i := 0; i < keys; i++ {
-				l.AllowAt("k"+strconv.Itoa(i), clk.Now())
+				l.AllowAt("k"+strconv.Itoa(i), Time(clk.Now()))
 			}
 			for i := 0; i < keys; i++ {
 				l.Reset("k" + strconv.Itoa(i))
@@ -37,7 +37,7 @@ func TestResetsKeepMemoryWithinBound(t *testing.T) {
 				// With one shard every freed record is this shard's; with
 				// more, a shard reuses only its own (see the package doc),
 				// so a new key may overflow before Len reaches MaxKeys.
-				if d := l.AllowAt("n"+strconv.Itoa(i), clk.Now()); !d.Allowed && c.shards == 1 {
+				if d := l.AllowAt("n"+strconv.Itoa(i), Time(clk.Now())); !d.Allowed && c.shards == 1 {
 					t.Fatalf("new key %d of %d refused after the old ones' windows emptied: %+v", i, keys, l.Stats())
 				}
 			}

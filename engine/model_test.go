@@ -32,6 +32,7 @@ func (m *logModel) allowN(key string, n int, t int64) Decision {
 func (m *logModel) allowNLimit(key string, n, limit int, t int64) Decision {
 	d := Decision{Limit: limit}
 	if n <= 0 || n > limit || limit > m.limit {
+		d.RetryAfter = Never // no wait admits it
 		return d
 	}
 	t = t / m.res * m.res

@@ -19,13 +19,13 @@ func TestResetOfFutureDatedKeyFreesWithinTwoWindows(t *testing.T) {
 			const W = time.Millisecond
 			clk, l := startedClock(t, Config{Algorithm: a, Limit: 2, Window: W, Shards: 1, MaxKeys: 1,
 				SweepInterval: time.Hour, Overflow: OverflowDeny})
-			if d := l.AllowAt("early", clk.Now()+int64(10*time.Minute)); !d.Allowed {
+			if d := l.AllowAt("early", Time(clk.Now()+int64(10*time.Minute))); !d.Allowed {
 				t.Fatalf("early request denied: %+v", d)
 			}
 			l.Reset("early")
 			clk.t.Add(int64(3 * W))
 			l.Sweep()
-			if d := l.AllowAt("next", clk.Now()); !d.Allowed {
+			if d := l.AllowAt("next", Time(clk.Now())); !d.Allowed {
 				t.Fatalf("new key refused 3 windows after the Reset: %+v, stats %+v", d, l.Stats())
 			}
 			if st := l.Stats(); st.Keys != 1 || st.Overflow != 0 {
@@ -52,7 +52,7 @@ func TestCounterResetDefeatsPausedCAS(t *testing.T) {
 	base := clk.Now() - clk.Now()%int64(W) + int64(W)
 	clk.t.Store(base + int64(9*W/10))
 	hA := l.flat.Hash("old")
-	if d := l.AllowAt("old", base+int64(11*W/10)); !d.Allowed {
+	if d := l.AllowAt("old", Time(base+int64(11*W/10))); !d.Allowed {
 		t.Fatalf("old key's request denied: %+v", d)
 	}
 	_, recA := l.flat.Lookup(hA)
@@ -80,7 +80,7 @@ func TestCounterResetDefeatsPausedCAS(t *testing.T) {
 			t.Fatal("no new key reused the old key's slot")
 		}
 		key := "new-" + strconv.Itoa(i)
-		if d := l.AllowAt(key, clk.Now()); !d.Allowed {
+		if d := l.AllowAt(key, Time(clk.Now())); !d.Allowed {
 			t.Fatalf("new key refused: %+v", d)
 		}
 		if _, rec := l.flat.Lookup(l.flat.Hash(key)); rec == recA {

@@ -10,9 +10,10 @@ import (
 	"github.com/slidelimit/slidelimit/atomiccounter"
 )
 
-// Regression tests for issue 9, one per finding.
+// Timing regressions found by review: late times, wrap without a sweep,
+// Reset racing a sweep, the key bound, extreme times, freed records.
 
-// Finding 1: a time more than a window behind a key's newest timestamp was
+// Found by review: a time more than a window behind a key's newest timestamp was
 // read as "ticks wrapped": decide, peek and the sweep freed the record, the
 // key restarted empty and the stale request was admitted.
 func TestStaleTimeDoesNotWipeActiveKey(t *testing.T) {
@@ -26,20 +27,20 @@ func TestStaleTimeDoesNotWipeActiveKey(t *testing.T) {
 			t.Fatalf("%v: first burst denied: %+v", a, d)
 		}
 		for _, late := range []time.Duration{W / 2, W + 1, 3 * W, time.Second, 10 * time.Minute} {
-			if d := l.PeekAt("k", now-int64(late)); d.Allowed {
+			if d := l.PeekAt("k", now.Add(-late)); d.Allowed {
 				t.Errorf("%v: Peek %v late = %+v, want denied (counts at the key's newest time)", a, late, d)
 			}
-			if d := l.AllowAt("k", now-int64(late)); d.Allowed {
+			if d := l.AllowAt("k", now.Add(-late)); d.Allowed {
 				t.Errorf("%v: AllowAt %v late admitted: %+v", a, late, d)
 			}
 		}
 		// A sweep that read its clock long ago (here: the clock itself is
 		// behind the key) frees nothing that is active.
-		clk.t.Store(now - int64(time.Minute))
+		clk.t.Store(int64(now) - int64(time.Minute))
 		if n := l.Sweep(); n != 0 {
 			t.Errorf("%v: a sweep behind the key's newest time freed %d keys", a, n)
 		}
-		clk.t.Store(now)
+		clk.t.Store(int64(now))
 		if d := l.AllowAt("k", now); d.Allowed {
 			t.Errorf("%v: key wiped: %+v admitted after Limit", a, d)
 		}
@@ -49,7 +50,7 @@ func TestStaleTimeDoesNotWipeActiveKey(t *testing.T) {
 	}
 }
 
-// Finding 2: with no sweep (after Close, or explicit times that jump), a key
+// Found by review: with no sweep (after Close, or explicit times that jump), a key
 // idle exactly 2^32 ticks was denied (its ticks read as current), rings
 // spanning more than 2^31 ticks stopped raising slots, and the counter's
 // 24-bit window number let a key idle 2^24 windows keep its old counts.
@@ -68,10 +69,10 @@ func TestWrapWithoutSweep(t *testing.T) {
 		for round := int64(0); round < 3; round++ {
 			at := round << 32 * res
 			clk.t.Store(at)
-			if d := l.AllowNAt("k", 2, at); !d.Allowed {
+			if d := l.AllowNAt("k", 2, Time(at)); !d.Allowed {
 				t.Fatalf("after %d x 2^32 ticks idle, AllowN(Limit) = %+v, want allowed", round, d)
 			}
-			if d := l.AllowAt("k", at); d.Allowed {
+			if d := l.AllowAt("k", Time(at)); d.Allowed {
 				t.Fatalf("after %d x 2^32 ticks: limit not enforced", round)
 			}
 		}
@@ -86,10 +87,10 @@ func TestWrapWithoutSweep(t *testing.T) {
 		l.AllowAt("k", 0)
 		base := int64(1<<31+1000) * res
 		clk.t.Store(base)
-		l.AllowAt("k", base)
+		l.AllowAt("k", Time(base))
 		admitted := 0
 		for i := int64(1); i <= 5; i++ {
-			if l.AllowAt("k", base+i*res).Allowed {
+			if l.AllowAt("k", Time(base+i*res)).Allowed {
 				admitted++
 			}
 		}
@@ -105,17 +106,17 @@ func TestWrapWithoutSweep(t *testing.T) {
 		for round := int64(0); round < 3; round++ {
 			at := round << atomiccounter.WindowBits * W
 			clk.t.Store(at)
-			if d := l.AllowNAt("k", 3, at); !d.Allowed {
+			if d := l.AllowNAt("k", 3, Time(at)); !d.Allowed {
 				t.Fatalf("after %d x 2^24 windows idle, AllowN(Limit) = %+v, want allowed", round, d)
 			}
-			if d := l.AllowAt("k", at); d.Allowed {
+			if d := l.AllowAt("k", Time(at)); d.Allowed {
 				t.Fatalf("after %d x 2^24 windows: limit not enforced", round)
 			}
 		}
 	})
 }
 
-// Finding 3: SlidingCounter Reset treated a lock-free Lookup miss as final,
+// Found by review: SlidingCounter Reset treated a lock-free Lookup miss as final,
 // so a Reset racing a sweep that removed other keys of the same shard (an
 // index shift) was lost.
 func TestCounterResetRacingSweep(t *testing.T) {
@@ -124,13 +125,13 @@ func TestCounterResetRacingSweep(t *testing.T) {
 	for round := 0; round < 200; round++ {
 		// fillers that go idle, then victims in the same (only) shard
 		for i := 0; i < 64; i++ {
-			l.AllowAt(fmt.Sprint("filler-", round, "-", i), clk.Now())
+			l.AllowAt(fmt.Sprint("filler-", round, "-", i), Time(clk.Now()))
 		}
 		clk.t.Add(int64(3 * time.Second))
 		var victims []string
 		for i := 0; i < 16; i++ {
 			k := fmt.Sprint("victim-", round, "-", i)
-			l.AllowNAt(k, 2, clk.Now())
+			l.AllowNAt(k, 2, Time(clk.Now()))
 			victims = append(victims, k)
 		}
 		var wg sync.WaitGroup
@@ -141,14 +142,14 @@ func TestCounterResetRacingSweep(t *testing.T) {
 		}
 		wg.Wait()
 		for _, k := range victims {
-			if d := l.PeekAt(k, clk.Now()); d.Remaining != 2 {
+			if d := l.PeekAt(k, Time(clk.Now())); d.Remaining != 2 {
 				t.Fatalf("round %d: Reset(%s) lost while a sweep ran: %+v", round, k, d)
 			}
 		}
 	}
 }
 
-// Finding 4: MaxKeys was split evenly over the shards, so MaxKeys 100 gave
+// Found by review: MaxKeys was split evenly over the shards, so MaxKeys 100 gave
 // 64 shards of 1 key and the 9th new key was untracked while Len was 8.
 func TestOverflowStartsAtMaxKeys(t *testing.T) {
 	for _, a := range algorithms {
@@ -172,7 +173,7 @@ func TestOverflowStartsAtMaxKeys(t *testing.T) {
 	}
 }
 
-// Finding 5: AllowAt(k, math.MaxInt64) panicked (bits.Div64) with small
+// Found by review: AllowAt(k, math.MaxInt64) panicked (bits.Div64) with small
 // windows. No time value may panic, nor give a negative duration.
 func TestAllowAtMaxInt64NoPanic(t *testing.T) {
 	times := []int64{0, 1, math.MaxInt64, math.MaxInt64 - 1, math.MinInt64, -1, math.MaxInt64 / 2, 5}
@@ -182,7 +183,7 @@ func TestAllowAtMaxInt64NoPanic(t *testing.T) {
 				for _, clk := range []Clock{nil, &fakeClock{}} {
 					l := newLimiter(t, Config{Algorithm: a, Limit: limit, Window: w, Clock: clk})
 					for _, at := range times {
-						for _, d := range []Decision{l.AllowNAt("k", limit, at), l.AllowAt("k", at), l.PeekAt("k", at), l.AllowNAt("k", 1, at)} {
+						for _, d := range []Decision{l.AllowNAt("k", limit, Time(at)), l.AllowAt("k", Time(at)), l.PeekAt("k", Time(at)), l.AllowNAt("k", 1, Time(at))} {
 							if d.RetryAfter < 0 || d.ResetAfter < 0 || d.Remaining < 0 {
 								t.Fatalf("%v Window %v Limit %d at %d: %+v", a, w, limit, at, d)
 							}
@@ -195,23 +196,23 @@ func TestAllowAtMaxInt64NoPanic(t *testing.T) {
 	}
 }
 
-// Finding 6: a record freed by Reset waited behind an older-ready one in
+// Found by review: a record freed by Reset waited behind an older-ready one in
 // the deferred list (Alloc looked at its head only), so a new key was
 // refused while a reusable record existed.
 func TestFreedRecordReusable(t *testing.T) {
 	clk := &fakeClock{}
 	l := newLimiter(t, Config{Algorithm: SlidingLog, Limit: 1, Window: time.Second, Clock: clk, Shards: 1, MaxKeys: 2, Overflow: OverflowDeny})
-	l.AllowAt("a", 0)                           // a's record ready at 1 s
-	l.AllowAt("b", int64(900*time.Millisecond)) // b's record ready at 1.9 s
+	l.AllowAt("a", 0)                          // a's record ready at 1 s
+	l.AllowAt("b", Time(900*time.Millisecond)) // b's record ready at 1.9 s
 	clk.t.Store(int64(900 * time.Millisecond))
 	l.Reset("b") // deferred until 1.9 s
 	clk.t.Store(int64(950 * time.Millisecond))
 	l.Reset("a") // deferred until 1 s, behind b's in the list
 	clk.t.Store(int64(1500 * time.Millisecond))
-	if d := l.AllowAt("c", clk.Now()); !d.Allowed {
+	if d := l.AllowAt("c", Time(clk.Now())); !d.Allowed {
 		t.Fatalf("new key refused while a's record is reusable: %+v, stats %+v", d, l.Stats())
 	}
-	if d := l.AllowAt("d", clk.Now()); d.Allowed {
+	if d := l.AllowAt("d", Time(clk.Now())); d.Allowed {
 		t.Fatalf("b's record reused before its old window emptied: %+v", d)
 	}
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // ErrExceedsLimit is returned by Wait and WaitN for a request that no amount
-// of waiting admits: n <= 0, or n greater than the limit.
+// of waiting admits: n <= 0, or n greater than the limit (a Decision with
+// RetryAfter Never).
 var ErrExceedsLimit = errors.New("engine: request can never be admitted (n <= 0 or n > Limit)")
 
 // minWait is the shortest sleep between two attempts when a backend denies
@@ -34,8 +35,9 @@ func Wait(ctx context.Context, rl RateLimiter, key string) error {
 // instead.
 //
 // WaitN returns without consuming anything when:
-//   - n can never be admitted (n <= 0 or n > the decision's Limit):
-//     an error wrapping ErrExceedsLimit, at once;
+//   - n can never be admitted (the decision's RetryAfter is Never, or
+//     n <= 0 or n > the decision's Limit for a backend that does not say
+//     Never): an error wrapping ErrExceedsLimit, at once;
 //   - ctx ends while waiting: ctx.Err(), wrapped;
 //   - ctx has a deadline that comes before the retry could pass: at once,
 //     an error wrapping context.DeadlineExceeded (as x/time/rate does), so
@@ -62,7 +64,7 @@ func WaitN(ctx context.Context, rl RateLimiter, key string, n int) error {
 		if d.Allowed {
 			return nil
 		}
-		if n <= 0 || (d.Limit > 0 && n > d.Limit) {
+		if d.RetryAfter == Never || n <= 0 || (d.Limit > 0 && n > d.Limit) {
 			return fmt.Errorf("engine: wait for %d on %q (limit %d): %w", n, key, d.Limit, ErrExceedsLimit)
 		}
 		if err != nil {

@@ -165,10 +165,11 @@ type recordingLimiter struct {
 
 func (r *recordingLimiter) AllowNContext(_ context.Context, key string, n int) (engine.Decision, error) {
 	now := r.Now()
+	ns := int64(now)
 	d := r.AllowNAt(key, n, now)
 	if d.Allowed {
 		res := int64(r.Resolution())
-		eff := now/res*res + int64(d.ResetAfter) + now%res - int64(r.Config().Window) - res // ResetAfter = newest + Wq + 1 tick - now
+		eff := ns/res*res + int64(d.ResetAfter) + ns%res - int64(r.Config().Window) - res // ResetAfter = newest + Wq + 1 tick - now
 		r.mu.Lock()
 		r.at = append(r.at, eff)
 		r.mu.Unlock()

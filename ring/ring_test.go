@@ -185,7 +185,7 @@ func TestPenaltyDenialAtSameTickDoesNotRepeatHead(t *testing.T) {
 	}
 }
 
-// Regression (issue 9, finding 1): a time more than a window behind the
+// Regression (found by a timing review): a time more than a window behind the
 // key's newest tick was read as "ticks wrapped", so the key was wiped and
 // the stale request admitted. Now a late time counts at the newest tick, up
 // to LateMax ticks late, and only a state more than a window old is idle.

@@ -188,7 +188,7 @@ func TestBoundAndReuse(t *testing.T) {
 	}
 }
 
-// Regression (second engine review, finding 2): Forget freed a record whose
+// Regression (found by an engine review): Forget freed a record whose
 // state a request was rewriting with plain stores (a SlidingLog ring reset
 // in place), so the stores landed in the next owner's ring. Forget now
 // waits for a Transient state to settle, and no sweep frees one.
