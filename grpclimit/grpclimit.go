@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/slidelimit/slidelimit/engine"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Rule is one rate-limit policy and the calls it applies to.
@@ -141,6 +142,8 @@ type rule struct {
 	policyVals []string // {policy}, the metadata value list
 	rlPrefix   string   // ratelimit item up to r's value: "name";r=
 	limitStr   string
+	denyMsg    string     // a refusal's message, up to the wait
+	quotaAny   *anypb.Any // the QuotaFailure detail of every refusal
 }
 
 // New checks opts and builds a Limiter. Invalid options are an error
@@ -221,6 +224,8 @@ func newRule(r *Rule, key KeyFunc, field string, isDefault bool) (*rule, error) 
 	}
 	ru.policy = `"` + r.Name + `";q=` + ru.limitStr + ";w=" + strconv.FormatInt(ru.wSec, 10)
 	ru.policyVals = []string{ru.policy}
+	ru.denyMsg = fmt.Sprintf("rate limit %q exceeded (%d per %s): retry in ", ru.name, ru.limit, ru.window)
+	ru.quotaAny = quotaFailure(ru)
 	ru.rlPrefix = `"` + r.Name + `";r=`
 	ru.all = isDefault || len(r.Methods) == 0
 	if !ru.all {

@@ -8,10 +8,12 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -131,25 +133,39 @@ func retryDelay(d time.Duration) time.Duration {
 
 // deniedStatus is the refusal of a call: codes.ResourceExhausted with a
 // google.rpc.RetryInfo (when to retry) and a google.rpc.QuotaFailure (which
-// quota: the rule's name as subject and quota id).
+// quota: the rule's name as subject and quota id). The QuotaFailure is
+// marshalled once per rule at New (status.FromProto copies it into each
+// status, so the rule's copy is never shared with a caller); a refusal
+// marshals only its RetryInfo, so that a flood of refused calls costs
+// little more than admitted ones.
 func deniedStatus(ru *rule, d engine.Decision) error {
 	wait := retryDelay(d.RetryAfter)
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limit %q exceeded (%d per %s): retry in %s", ru.name, ru.limit, ru.window, wait))
-	ds, err := st.WithDetails(
-		&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)},
-		&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
-			Subject:     "rule:" + ru.name,
-			Description: fmt.Sprintf("at most %d calls per %s", ru.limit, ru.window),
-			QuotaId:     ru.name,
-			QuotaValue:  int64(ru.limit),
-		}}},
-	)
-	if err != nil {
-		// Marshalling two well-formed messages does not fail; if it ever
-		// did, the code and message still say what happened.
-		return st.Err()
+	ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
+	details := []*anypb.Any{ri, ru.quotaAny}
+	if err != nil || ru.quotaAny == nil {
+		// Marshalling well-formed messages does not fail; if it ever did,
+		// the code and message still say what happened.
+		details = nil
 	}
-	return ds.Err()
+	return status.FromProto(&spb.Status{
+		Code:    int32(codes.ResourceExhausted),
+		Message: ru.denyMsg + wait.String(),
+		Details: details,
+	}).Err()
+}
+
+// quotaFailure is a rule's QuotaFailure detail, marshalled.
+func quotaFailure(ru *rule) *anypb.Any {
+	a, err := anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject:     "rule:" + ru.name,
+		Description: fmt.Sprintf("at most %d calls per %s", ru.limit, ru.window),
+		QuotaId:     ru.name,
+		QuotaValue:  int64(ru.limit),
+	}}})
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 func keyErrorStatus(err error) error {
