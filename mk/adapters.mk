@@ -11,8 +11,8 @@
 # import only the standard library and this module's own packages.
 #
 #   make bench-grpc   the interceptor against go-grpc-middleware's ratelimit
-#                     with x/time/rate, $(GRPC_BENCH_COUNT) runs each,
-#                     out/bench/grpc.txt (benchstat groups the impl= rows)
+#                     with x/time/rate, in $(GRPC_BENCH_COUNT) rounds,
+#                     out/bench/grpc.txt and benchstat's medians
 ADAPTER_MODULES  := grpclimit promlimit examples/frameworks
 GRPC_BENCH_COUNT ?= 5
 GRPC_BENCH_TIME  ?= 0.3s
@@ -39,7 +39,14 @@ adapters-stdlib-only:
 	if [ -n "$$bad" ]; then echo "adapters-stdlib-only: FAIL: $(STDLIB_ONLY_PKGS) import packages outside the standard library and $$mod:"; echo "$$bad"; exit 1; fi; \
 	echo "adapters-stdlib-only: $(STDLIB_ONLY_PKGS) import only the standard library and $$mod"
 
-## bench-grpc: the gRPC interceptor benchmarks, out/bench/grpc.txt.
+## bench-grpc: the gRPC interceptor benchmarks in rounds (one test-binary
+## run per round, every implementation in turn, as make compare does), to
+## out/bench/grpc.txt.
 bench-grpc:
-	@mkdir -p out/bench
-	cd grpclimit && $(GO) test -run '^$$' -bench . -count=$(GRPC_BENCH_COUNT) -benchtime=$(GRPC_BENCH_TIME) . | tee $(CURDIR)/out/bench/grpc.txt
+	@mkdir -p out/bench && rm -f out/bench/grpc.txt
+	cd grpclimit && $(GO) test -c -o $(CURDIR)/out/bench/grpclimit.test .
+	@for i in $$(seq $(GRPC_BENCH_COUNT)); do \
+		(cd grpclimit && $(CURDIR)/out/bench/grpclimit.test -test.run '^$$' -test.bench . -test.count=1 \
+			-test.benchtime=$(GRPC_BENCH_TIME) -test.benchmem) >> out/bench/grpc.txt || exit 1; \
+	done
+	$(GO) tool -modfile=cmd/resultsmd/go.mod benchstat out/bench/grpc.txt
