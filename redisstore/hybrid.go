@@ -130,9 +130,10 @@ type Hybrid struct {
 	done     chan struct{}
 	stopOnce sync.Once
 
-	allowed, denied, misses, late, syncs atomic.Uint64
-	leased, returned, syncedKeys         atomic.Uint64
-	scriptLoads, pipelineFaults          atomic.Uint64
+	allowed, denied, invalid     atomic.Uint64
+	misses, late, syncs          atomic.Uint64
+	leased, returned, syncedKeys atomic.Uint64
+	scriptLoads, pipelineFaults  atomic.Uint64
 }
 
 // lease is a grant of tokens for one key on this node.
@@ -173,6 +174,7 @@ type hkey struct {
 // HybridStats is a snapshot of a Hybrid's counters (monotonic).
 type HybridStats struct {
 	Allowed, Denied uint64
+	Invalid         uint64 // calls of n <= 0 or n > Limit (RetryAfter engine.Never), not in Denied
 	Misses          uint64 // decisions that found no live lease and waited for one
 	Late            uint64 // of those, the ones whose wait ran past Timeout (decided by the policy)
 	Syncs           uint64 // background batches sent
@@ -286,8 +288,8 @@ func (h *Hybrid) AllowN(key string, n int) engine.Decision {
 func (h *Hybrid) AllowNContext(ctx context.Context, key string, n int) (engine.Decision, error) {
 	L := h.s.cfg.Limit
 	if n <= 0 || n > L {
-		h.denied.Add(1)
-		return engine.Decision{Limit: L}, nil
+		h.invalid.Add(1) // as the engine: never admissible, not a denial
+		return engine.Decision{Limit: L, RetryAfter: engine.Never}, nil
 	}
 	if err := h.s.checkKey("allow", key); err != nil {
 		h.denied.Add(1)
@@ -855,7 +857,7 @@ func (h *Hybrid) Stats() HybridStats {
 	n := 0
 	h.keys.Range(func(any, any) bool { n++; return true })
 	return HybridStats{
-		Allowed: h.allowed.Load(), Denied: h.denied.Load(), Misses: h.misses.Load(), Late: h.late.Load(),
+		Allowed: h.allowed.Load(), Denied: h.denied.Load(), Invalid: h.invalid.Load(), Misses: h.misses.Load(), Late: h.late.Load(),
 		Syncs: h.syncs.Load(), SyncedKeys: h.syncedKeys.Load(), Leased: h.leased.Load(),
 		Returned: h.returned.Load(), PipelineFaults: h.pipelineFaults.Load(), ScriptLoads: h.scriptLoads.Load(), Keys: n,
 		Store: h.s.Stats(),

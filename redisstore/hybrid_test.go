@@ -135,7 +135,7 @@ func testHybridOvershoot(t *testing.T, client func() redis.UniversalClient, alg 
 	defer ref.Close()
 	exact := map[string][]int64{} // the engine's admissions on the whole trace, one node, exact times
 	for _, r := range trace {
-		if ref.AllowAt(r.key, r.at).Allowed {
+		if ref.AllowAt(r.key, engine.Time(r.at)).Allowed {
 			exact[r.key] = append(exact[r.key], r.at)
 		}
 	}
@@ -722,5 +722,34 @@ func TestNewHybridRejectsPenalty(t *testing.T) {
 		if !errors.Is(err, engine.ErrInvalidConfig) || !strings.Contains(err.Error(), "Penalty") {
 			t.Fatalf("%v: err = %v; want ErrInvalidConfig naming Penalty", alg, err)
 		}
+	}
+}
+
+// TestInvalidSizeNeverAdmissible: as in the engine, a request of n <= 0 or
+// n > Limit is denied with RetryAfter engine.Never (no wait admits it),
+// counted as Invalid rather than Denied, and consumes nothing.
+func TestInvalidSizeNeverAdmissible(t *testing.T) {
+	srv := redistest.Start(t)
+	s := newStore(t, Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog, Limit: 3, Window: time.Minute, Prefix: "inv:"})
+	h, err := NewHybrid(HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog, Limit: 3, Window: time.Minute, Timeout: testTimeout, Prefix: "invh:"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, rl := range []engine.RateLimiter{s, h} {
+		for _, n := range []int{0, -1, 4} {
+			if d := rl.AllowN("k", n); d.Allowed || d.RetryAfter != engine.Never || d.Admissible() {
+				t.Fatalf("%T AllowN(%d) = %+v; want denied with RetryAfter Never", rl, n, d)
+			}
+		}
+		if d := rl.AllowN("k", 3); !d.Allowed {
+			t.Fatalf("%T: the invalid calls consumed quota: %+v", rl, d)
+		}
+	}
+	if st := s.Stats(); st.Invalid != 3 || st.Denied != 0 {
+		t.Fatalf("Store stats %+v; want Invalid 3, Denied 0", st)
+	}
+	if st := h.Stats(); st.Invalid != 3 || st.Denied != 0 {
+		t.Fatalf("Hybrid stats %+v; want Invalid 3, Denied 0", st)
 	}
 }

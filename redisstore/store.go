@@ -35,7 +35,7 @@ type Store struct {
 	localOnce sync.Once
 	local     atomic.Pointer[engine.Limiter] // FailLocal's engine, built at the first fault
 
-	calls, allowed, denied            atomic.Uint64
+	calls, allowed, denied, invalid   atomic.Uint64
 	timeouts, errs, shortCircuits     atomic.Uint64
 	canceled, late, keysTooLong       atomic.Uint64
 	clockReads                        atomic.Uint64
@@ -48,6 +48,7 @@ type Stats struct {
 	Calls         uint64 // decisions, peeks and resets asked of the Store
 	Allowed       uint64 // decisions that admitted (by Redis or by the policy)
 	Denied        uint64 // decisions that denied
+	Invalid       uint64 // calls of n <= 0 or n > Limit: denied with RetryAfter engine.Never, never sent, not in Denied
 	Timeouts      uint64 // Redis calls that ran past Config.Timeout
 	Late          uint64 // calls Redis refused because they reached it after their deadline (a stalled server)
 	Errors        uint64 // other failed Redis calls (refused, reset, server error replies)
@@ -166,12 +167,16 @@ func (s *Store) Reset(key string) { _ = s.ResetContext(context.Background(), key
 // or Redis refusing a late call) or the client's error. When ctx ends
 // first, it returns the policy's decision without consuming anything
 // (FailLocal peeks) and an error wrapping ctx's error alone. A key longer
-// than MaxKeyLen is denied with an error wrapping ErrKeyTooLong.
+// than MaxKeyLen is denied with an error wrapping ErrKeyTooLong. A request
+// of n <= 0 or n > Limit is denied with RetryAfter engine.Never, as by the
+// engine, without a round trip.
 func (s *Store) AllowNContext(ctx context.Context, key string, n int) (engine.Decision, error) {
 	s.calls.Add(1)
 	if n <= 0 || n > s.cfg.Limit {
-		s.denied.Add(1)
-		return engine.Decision{Limit: s.cfg.Limit}, nil
+		// As the engine: no wait admits it (RetryAfter engine.Never),
+		// nothing is recorded, and it is counted apart from denials.
+		s.invalid.Add(1)
+		return engine.Decision{Limit: s.cfg.Limit, RetryAfter: engine.Never}, nil
 	}
 	if err := s.checkKey("allow", key); err != nil {
 		s.denied.Add(1)
@@ -543,6 +548,7 @@ func (s *Store) Stats() Stats {
 		Calls:             s.calls.Load(),
 		Allowed:           s.allowed.Load(),
 		Denied:            s.denied.Load(),
+		Invalid:           s.invalid.Load(),
 		Timeouts:          s.timeouts.Load(),
 		Late:              s.late.Load(),
 		Errors:            s.errs.Load(),

@@ -182,7 +182,7 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 					case r == 0:
 						op = "peek"
 						got, err = s.PeekContext(context.Background(), key)
-						want = ref.PeekAt(key, now)
+						want = ref.PeekAt(key, engine.Time(now))
 					default:
 						n := 1
 						if r < 4 {
@@ -190,12 +190,14 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 						}
 						op = fmt.Sprintf("allow(%d)", n)
 						got, err = s.AllowNContext(context.Background(), key, n)
-						want = ref.AllowNAt(key, n, now)
+						want = ref.AllowNAt(key, n, engine.Time(now))
 					}
 					if err != nil {
 						t.Fatalf("step %d %s: %v", i, op, err)
 					}
-					want.RetryAfter = ceilUS(want.RetryAfter)
+					if want.RetryAfter != engine.Never {
+						want.RetryAfter = ceilUS(want.RetryAfter)
+					}
 					want.ResetAfter = ceilUS(want.ResetAfter)
 					if got != want {
 						t.Fatalf("step %d %s %s at +%v: redis %+v, engine %+v", i, op, key, time.Duration(now-base), got, want)
