@@ -26,6 +26,11 @@ var ErrEvictionPolicy = errors.New("server's maxmemory-policy can evict the limi
 // the last sample this old, in a goroutine of its own.
 const evictionSampleEvery = time.Second
 
+// setupTimeout bounds the calls of New's checks and of the eviction
+// samples: no decision waits for them, and a Timeout of a few milliseconds
+// would skip the check against a distant server.
+func setupTimeout(timeout time.Duration) time.Duration { return max(timeout, time.Second) }
+
 // evictionWatch is a Store's knowledge of its servers' eviction: what New
 // found (checked) and the evicted_keys counters sampled since.
 type evictionWatch struct {
@@ -99,7 +104,7 @@ func (s *Store) maybeSample(now int64) {
 	w.next.Store(now + int64(evictionSampleEvery))
 	go func() {
 		defer w.sampling.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(s.cfg.Timeout))
 		defer cancel()
 		_ = s.sampleEvictions(ctx)
 	}()

@@ -87,8 +87,10 @@ var (
 // wrapping ErrEvictionPolicy, a server that can evict the limiter's keys,
 // unless Config.AllowEviction; a server that cannot be asked is accepted
 // and reported (Stats.EvictionUnchecked, EvictionCheck). It also reads the
-// servers' evicted_keys, the baseline of Stats.EvictedKeys. These calls run
-// under Config.Timeout each. The first decision loads the script (EVALSHA,
+// servers' evicted_keys, the baseline of Stats.EvictedKeys. Each of the two
+// runs under the longer of Config.Timeout and a second (a first dial and a
+// distant server need more than a decision's budget; New waits that long at
+// most per step for a server that does not answer). The first decision loads the script (EVALSHA,
 // falling back to EVAL on NOSCRIPT).
 func New(cfg Config) (*Store, error) {
 	c, err := cfg.normalize()
@@ -112,13 +114,16 @@ func New(cfg Config) (*Store, error) {
 	s.ttl = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond)+1, 10)
 	s.winUS = strconv.FormatInt(int64(c.Window/time.Microsecond), 10)
 	s.limit = strconv.Itoa(c.Limit)
-	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
-	defer cancel()
-	if err := s.evict.checkEviction(ctx, c.Client, c.AllowEviction); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(c.Timeout))
+	err = s.evict.checkEviction(ctx, c.Client, c.AllowEviction)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
 	if s.evict.unchecked.Load() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(c.Timeout))
 		_ = s.sampleEvictions(ctx) // the baseline; a server that fails here sets its own later
+		cancel()
 	}
 	s.evict.next.Store(s.mono() + int64(evictionSampleEvery))
 	return s, nil
