@@ -90,8 +90,8 @@ var (
 // servers' evicted_keys, the baseline of Stats.EvictedKeys. Each of the two
 // runs under the longer of Config.Timeout and a second (a first dial and a
 // distant server need more than a decision's budget; New waits that long at
-// most per step for a server that does not answer). The first decision loads the script (EVALSHA,
-// falling back to EVAL on NOSCRIPT).
+// most per step for a server that does not answer). The first decision
+// loads the script (EVALSHA, falling back to EVAL on NOSCRIPT).
 func New(cfg Config) (*Store, error) {
 	c, err := cfg.normalize()
 	if err != nil {
