@@ -37,9 +37,14 @@
 //   - A rule cannot be stepped around by spelling: methods are matched
 //     ignoring case (a GET rule also takes HEAD), and paths in the form
 //     an upstream may route them by, ignoring case, ";params",
-//     backslashes, dot segments and a format suffix ("/LOGIN",
-//     "/login;jsessionid=1", "/login.json" and "/x/..;/login" all fall
-//     under "/login"). Matching broadly can only limit more.
+//     backslashes, dot segments, a format suffix, percent-escapes
+//     (decoded until none is left), trailing dots and whitespace of a
+//     segment and everything after a NUL ("/LOGIN", "/login;jsessionid=1",
+//     "/login.json", "/x/..;/login", "/login%20", "/login..",
+//     "/%256cogin" and "/login%00x" all fall under "/login"). A request
+//     whose X-Original-URL or X-Rewrite-URL path (headers IIS, Symfony and
+//     Laminas route by) falls under a rule counts against it too.
+//     Matching broadly can only limit more.
 //   - Under MatchAll the RateLimit-Policy and RateLimit lists name every
 //     applied policy; a request refused by one rule consumes nothing from
 //     the others (all are peeked before any is taken; see Options.MatchAll
@@ -81,8 +86,9 @@
 //     if that fails too) or refused (400), as configured, and is counted.
 //   - Exempt requests (Options.Exempt) are passed on untouched: no
 //     quota, no headers. Exemptions match narrowly: only a plain path
-//     (no dot segments, ";", "\" or percent-encoding) is exempt by
-//     prefix, compared with its case, and methods exactly. CORS preflights
+//     (no dot segments, no segment ending in ".", no ";", "\" or
+//     percent-encoding) of a request without a path-override header is
+//     exempt by prefix, compared with its case, and methods exactly. CORS preflights
 //     never spend a rule's quota: they are decided by Options.Preflight on
 //     a quota of their own, or exempt without it.
 //   - Refusals default to an RFC 9457 application/problem+json body of type

@@ -103,7 +103,10 @@ func (x *exemptions) match(r *http.Request) bool {
 	// exemption for an upstream that resolves it to /api, nor
 	// "/api/../healthz" for one that routes the raw path by its "/api"
 	// prefix.
-	if p := r.URL.Path; len(x.paths) > 0 && plainPath(p, r.URL.RawPath) {
+	// A path-override header (X-Original-URL, X-Rewrite-URL) names the
+	// path IIS or Symfony will route to, whatever the request line says:
+	// "/healthz" with "X-Original-URL: /admin" reaches /admin there.
+	if p := r.URL.Path; len(x.paths) > 0 && plainPath(p, r.URL.RawPath) && !hasPathOverride(r) {
 		for _, prefix := range x.paths {
 			if pathHasPrefix(p, prefix) {
 				return true

@@ -52,6 +52,9 @@ func TestExemptionsSkipLimits(t *testing.T) {
 		{"GET", "/api/../healthz", "192.0.2.53:1", nil}, // not clean: never exempt
 		{"GET", "//healthz", "192.0.2.54:1", nil},
 		{"OPTIONS", "/", "192.0.2.52:1", nil},
+		// IIS and Symfony route by the override header, not the request line.
+		{"GET", "/healthz", "192.0.2.55:1", map[string]string{"X-Original-URL": "/admin"}},
+		{"GET", "/healthz", "192.0.2.56:1", map[string]string{"X-Rewrite-URL": "/admin"}},
 	} {
 		serveRec(h, tc.method, tc.target, tc.remote, tc.hdr)
 		if rec := serveRec(h, tc.method, tc.target, tc.remote, tc.hdr); rec.Code != 429 {

@@ -861,12 +861,17 @@ func floorSeconds(d time.Duration) int64 {
 	return int64(d / time.Second)
 }
 
-// ceilSeconds rounds d up to whole seconds; d <= 0 gives 0.
+// ceilSeconds rounds d up to whole seconds; d <= 0 gives 0. It does not
+// overflow for any d (engine.Never included: d + time.Second - 1 would).
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }
 
 func defaultKeyError(w http.ResponseWriter, _ *http.Request, _ error) {

@@ -161,6 +161,8 @@ func TestRetryAfterRoundsUpToAtLeastOne(t *testing.T) {
 	}{
 		{0, 0}, {-time.Second, 0}, {1, 1}, {time.Second, 1},
 		{time.Second + 1, 2}, {1500 * time.Millisecond, 2}, {time.Hour, 3600},
+		// engine.Never (a call no wait admits) must not overflow negative.
+		{engine.Never, int64(engine.Never/time.Second) + 1},
 	} {
 		if got := ceilSeconds(tc.d); got != tc.want {
 			t.Errorf("ceilSeconds(%v) = %d, want %d", tc.d, got, tc.want)

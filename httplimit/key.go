@@ -317,6 +317,14 @@ func Header(name string) KeyFunc {
 // route buys no fresh allowance. The number of keys grows with the number
 // of distinct paths clients send; the engine's key bound caps the memory
 // that costs.
+//
+// A request carrying a path-override header (X-Original-URL,
+// X-Rewrite-URL) is keyed by its method and client alone, on one budget
+// shared by every such request of the client: which of its two paths the
+// upstream routes by is unknown here, and keying by either would let a
+// client vary the other for a fresh budget. A gateway in front of
+// upstreams that do not need these headers should strip them from
+// untrusted clients (cmd/gateway does).
 func RouteIP(ip KeyFunc) KeyFunc {
 	errLong := fmt.Errorf("route key longer than %d bytes: %w", MaxKeyLen, ErrKeyTooLong)
 	return func(r *http.Request) (string, error) {
@@ -324,7 +332,11 @@ func RouteIP(ip KeyFunc) KeyFunc {
 		if err != nil {
 			return "", err
 		}
-		p, _ := withoutFormat(routePath(r.URL.Path))
+		// overrideRoute starts with no "/", so it is no routePath.
+		p := overrideRoute
+		if !hasPathOverride(r) {
+			p, _ = withoutFormat(routePath(r.URL.Path))
+		}
 		m := upperMethod(r.Method)
 		if len(m)+len(p)+len(k)+2 > MaxKeyLen {
 			return "", errLong
@@ -332,3 +344,6 @@ func RouteIP(ip KeyFunc) KeyFunc {
 		return m + " " + p + " " + k, nil
 	}
 }
+
+// overrideRoute is RouteIP's path for requests with a path-override header.
+const overrideRoute = "(path-override)"

@@ -253,3 +253,39 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+// TestRouteIPSharesOneBudgetAcrossPathOverrides checks that a client cannot
+// buy fresh route keys by varying either path of a request that carries a
+// path-override header: which one its upstream routes by is unknown.
+func TestRouteIPSharesOneBudgetAcrossPathOverrides(t *testing.T) {
+	ip, err := ClientIP(IPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := RouteIP(ip)
+	seen := map[string]bool{}
+	for _, tc := range []struct{ line, header, value string }{
+		{"/other1", "X-Original-URL", "/login"},
+		{"/other2", "X-Original-URL", "/login"},
+		{"/login", "X-Original-URL", "/x1"},
+		{"/login", "X-Rewrite-URL", "/x2"},
+		{"/login", "X-Original-URL", "http://h/login?a=1"},
+	} {
+		r := httptest.NewRequest("POST", tc.line, nil)
+		r.RemoteAddr = "192.0.2.1:9"
+		r.Header.Set(tc.header, tc.value)
+		got, err := k(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[got] = true
+	}
+	if len(seen) != 1 {
+		t.Errorf("override requests got %d distinct route keys %v, want 1", len(seen), seen)
+	}
+	r := httptest.NewRequest("POST", "/login", nil)
+	r.RemoteAddr = "192.0.2.1:9"
+	if got, _ := k(r); seen[got] {
+		t.Errorf("plain /login shares the override key %q", got)
+	}
+}

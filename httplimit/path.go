@@ -262,6 +262,16 @@ func overrideMatches(r *http.Request, prefix string) bool {
 	return false
 }
 
+// hasPathOverride reports whether r carries a path-override header.
+func hasPathOverride(r *http.Request) bool {
+	for _, h := range pathOverrideHeaders {
+		if len(r.Header[h]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // overridePath returns the path of a path-override header's value: a
 // request target ("/login?next=/"), possibly absolute-form
 // ("http://host/login"). The path is left escaped; routePath decodes it.
