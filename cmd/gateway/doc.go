@@ -1,7 +1,7 @@
 // Command gateway is an example API gateway: a reverse proxy
 // (net/http/httputil) behind the httplimit middleware, configured by a YAML
-// file (see gateway.example.yaml, safe by default, and the README's gateway
-// section).
+// file (see gateway.example.yaml, safe by default, and README.md in this
+// directory, the gateway guide).
 //
 //	gateway -config gateway.example.yaml -listen 127.0.0.1:8080 -upstream http://127.0.0.1:9000
 //	gateway -config gateway.example.yaml -upstream builtin   # a trivial in-process upstream

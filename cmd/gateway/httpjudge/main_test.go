@@ -43,8 +43,8 @@ func TestParseHistogramSumsRulesAndQuantiles(t *testing.T) {
 	}
 }
 
-// TestJudgeVerdicts pins the objectives and the exit statuses the README
-// and mk/gateway.mk document (a review found a run that measured the
+// TestJudgeVerdicts pins the objectives and the exit statuses
+// cmd/gateway/README.md and mk/gateway.mk document (a review found a run that measured the
 // generator's backlog failing, and a 110 % rate passing).
 func TestJudgeVerdicts(t *testing.T) {
 	// Every decision within 2 us: p99 <= 2 us.
