@@ -6,9 +6,10 @@
 #   examples/frameworks  chi, gin and echo examples
 #
 # `make test` vets each and runs its tests under -race (./... of the root
-# module skips nested modules), runs grpclimit's benchmarks once so they do
-# not rot (no time is judged), and checks that engine and httplimit still
-# import only the standard library and this module's own packages.
+# module skips nested modules) and once more with the Go 1.24 toolchain,
+# runs grpclimit's benchmarks once so they do not rot (no time is judged),
+# and checks that engine and httplimit still import only the standard
+# library and this module's own packages.
 #
 #   make bench-grpc   the interceptor against go-grpc-middleware's ratelimit
 #                     with x/time/rate, in $(GRPC_BENCH_COUNT) rounds,
@@ -17,8 +18,8 @@ ADAPTER_MODULES  := grpclimit promlimit examples/frameworks
 GRPC_BENCH_COUNT ?= 5
 GRPC_BENCH_TIME  ?= 0.3s
 
-TEST_EXTRA += adapters adapters-stdlib-only
-.PHONY: adapters adapters-stdlib-only bench-grpc
+TEST_EXTRA += adapters adapters-stdlib-only adapters-go-floor
+.PHONY: adapters adapters-stdlib-only adapters-go-floor bench-grpc
 
 ## adapters (make test): vet and race tests of every adapter module.
 adapters: testsummary
@@ -38,6 +39,19 @@ adapters-stdlib-only:
 	bad=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' $(STDLIB_ONLY_PKGS) | grep -v "^$$mod\(/\|$$\)" || true); \
 	if [ -n "$$bad" ]; then echo "adapters-stdlib-only: FAIL: $(STDLIB_ONLY_PKGS) import packages outside the standard library and $$mod:"; echo "$$bad"; exit 1; fi; \
 	echo "adapters-stdlib-only: $(STDLIB_ONLY_PKGS) import only the standard library and $$mod"
+
+## adapters-go-floor (make test): the adapter modules' tests once (no
+## -race) with the oldest supported toolchain ($(GO_FLOOR), mk/compat.mk),
+## so that none of their dependencies needs a newer Go than the library.
+adapters-go-floor: testsummary
+	@if ! GOTOOLCHAIN=$(GO_FLOOR) $(GO) version >/dev/null 2>&1; then \
+		echo "*** $(GO_FLOOR) cannot be fetched (no module proxy?): the adapters' Go 1.24 run is SKIPPED"; \
+		mkdir -p $(TEST_OUT); echo "$(GO_FLOOR) toolchain could not be fetched: the adapter modules' tests did not run under Go 1.24" >> $(TEST_NOTES); \
+		exit 0; \
+	fi; set -o pipefail; for m in $(ADAPTER_MODULES); do \
+		(cd $$m && GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -json -count=1 ./... 2>&1 | \
+			$(TESTSUM) stream -step adapters-$(GO_FLOOR)-$$(basename $$m) -o $(TEST_OUT)/adapters-$(GO_FLOOR)-$$(basename $$m).jsonl) || exit 1; \
+	done
 
 ## bench-grpc: the gRPC interceptor benchmarks in rounds (one test-binary
 ## run per round, every implementation in turn, as make compare does), to
