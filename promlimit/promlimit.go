@@ -32,8 +32,9 @@
 // reads each object's Stats once per scrape; the lists (Options.Engines,
 // ...) are called once per scrape and must not name one rule twice in one
 // list (the registry rejects the duplicate series at scrape). Observe on a
-// rule already seen costs an atomic map load and three atomic adds, and
-// never allocates. Every method is safe for concurrent use.
+// rule already seen costs a lookup in a copy-on-write map and the atomic
+// updates of its counters and histogram, takes no lock and never
+// allocates. Every method is safe for concurrent use.
 package promlimit
 
 import (
