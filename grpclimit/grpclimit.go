@@ -136,11 +136,12 @@ type rule struct {
 	wSec       int64
 	cost       int
 	key        KeyFunc
-	prefix     string   // name + NUL: the rule's own keys
-	fbPrefix   string   // name + 0x01: FallbackKey's keys, apart from any own key
-	policy     string   // ratelimit-policy item: "name";q=100;w=60
-	policyVals []string // {policy}, the metadata value list
-	rlPrefix   string   // ratelimit item up to r's value: "name";r=
+	peer       *peerKeyer // key's keyer when key is the default PeerIP, else nil
+	prefix     string     // name + NUL: the rule's own keys
+	fbPrefix   string     // name + 0x01: FallbackKey's keys, apart from any own key
+	policy     string     // ratelimit-policy item: "name";q=100;w=60
+	policyVals []string   // {policy}, the metadata value list
+	rlPrefix   string     // ratelimit item up to r's value: "name";r=
 	limitStr   string
 	denyMsg    string     // a refusal's message, up to the wait
 	quotaAny   *anypb.Any // the QuotaFailure detail of every refusal
@@ -154,21 +155,22 @@ func New(opts Options) (*Limiter, error) {
 		return nil, fmt.Errorf("grpclimit: Options.Backend %d is not a BackendPolicy: %w", opts.Backend, ErrInvalidOptions)
 	}
 	key := opts.Key
+	var defPeer *peerKeyer // the default key, nil when Options.Key is set
 	if key == nil || (l.failOpen && l.fallback == nil) {
-		peerKey, err := PeerIP(IPConfig{})
+		pk, err := newPeerKeyer(IPConfig{})
 		if err != nil {
 			return nil, err
 		}
 		if key == nil {
-			key = peerKey
+			key, defPeer = pk.key, pk
 		}
 		if l.fallback == nil {
-			l.fallback = peerKey
+			l.fallback = pk.key
 		}
 	}
 	names := map[string]bool{}
 	for i := range opts.Rules {
-		ru, err := newRule(&opts.Rules[i], key, fmt.Sprintf("Options.Rules[%d]", i), false)
+		ru, err := newRule(&opts.Rules[i], key, defPeer, fmt.Sprintf("Options.Rules[%d]", i), false)
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +181,7 @@ func New(opts Options) (*Limiter, error) {
 		l.rules = append(l.rules, ru)
 	}
 	if opts.Default != nil {
-		ru, err := newRule(opts.Default, key, "Options.Default", true)
+		ru, err := newRule(opts.Default, key, defPeer, "Options.Default", true)
 		if err != nil {
 			return nil, err
 		}
@@ -191,7 +193,7 @@ func New(opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-func newRule(r *Rule, key KeyFunc, field string, isDefault bool) (*rule, error) {
+func newRule(r *Rule, key KeyFunc, defPeer *peerKeyer, field string, isDefault bool) (*rule, error) {
 	if len(r.Name) == 0 || len(r.Name) > 64 || strings.IndexFunc(r.Name, func(c rune) bool {
 		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-')
 	}) >= 0 {
@@ -220,7 +222,7 @@ func newRule(r *Rule, key KeyFunc, field string, isDefault bool) (*rule, error) 
 		limitStr: strconv.Itoa(r.Limit),
 	}
 	if ru.key == nil {
-		ru.key = key
+		ru.key, ru.peer = key, defPeer
 	}
 	ru.policy = `"` + r.Name + `";q=` + ru.limitStr + ";w=" + strconv.FormatInt(ru.wSec, 10)
 	ru.policyVals = []string{ru.policy}
@@ -287,11 +289,22 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) verdict {
 		return verdict{pass: true}
 	}
 	v := verdict{ru: ru, t: -1}
-	k, kerr := ru.key(ctx, fullMethod)
-	nsKey := ""
-	if kerr == nil {
-		nsKey = ru.prefix + k
+	var nsKey string
+	var kerr error
+	if ru.peer != nil {
+		// The default key: prefix and address in one allocation.
+		var buf [128]byte // a name of 64 bytes, NUL, an IPv6 address of 39
+		b, err := ru.peer.appendKey(append(buf[:0], ru.prefix...), ctx)
+		if kerr = err; kerr == nil {
+			nsKey = string(b)
+		}
 	} else {
+		k, err := ru.key(ctx, fullMethod)
+		if kerr = err; kerr == nil {
+			nsKey = ru.prefix + k
+		}
+	}
+	if kerr != nil {
 		if !l.failOpen {
 			l.report(ctx, ru, fullMethod, OutcomeKeyError, kerr, engine.Decision{})
 			v.err = keyErrorStatus(kerr)

@@ -56,6 +56,22 @@ type IPConfig struct {
 // is an error wrapping ErrBadPeer; a context without a peer (a client-side
 // call) one wrapping ErrNoKey.
 func PeerIP(cfg IPConfig) (KeyFunc, error) {
+	k, err := newPeerKeyer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return k.key, nil
+}
+
+// peerKeyer is PeerIP's key function. The Limiter's default key calls
+// appendKey directly, so that the rule's namespaced key is built in one
+// allocation rather than the address's string and then the concatenation.
+type peerKeyer struct {
+	v4, v6    int
+	errNoPeer error
+}
+
+func newPeerKeyer(cfg IPConfig) (*peerKeyer, error) {
 	v4, v6 := cfg.IPv4Prefix, cfg.IPv6Prefix
 	if v4 == 0 {
 		v4 = 32
@@ -69,18 +85,35 @@ func PeerIP(cfg IPConfig) (KeyFunc, error) {
 	if v6 < 1 || v6 > 128 {
 		return nil, fmt.Errorf("grpclimit: IPConfig.IPv6Prefix must be in [1, 128], got %d: %w", cfg.IPv6Prefix, ErrInvalidOptions)
 	}
-	errNoPeer := fmt.Errorf("no peer in the call's context: %w", ErrNoKey)
-	return func(ctx context.Context, _ string) (string, error) {
-		p, ok := peer.FromContext(ctx)
-		if !ok || p.Addr == nil {
-			return "", errNoPeer
-		}
-		a, ok := peerAddr(p.Addr)
-		if !ok {
-			return "", fmt.Errorf("peer %q: %w", p.Addr.String(), ErrBadPeer)
-		}
-		return maskAddr(a, v4, v6), nil
-	}, nil
+	return &peerKeyer{v4: v4, v6: v6, errNoPeer: fmt.Errorf("no peer in the call's context: %w", ErrNoKey)}, nil
+}
+
+func (k *peerKeyer) key(ctx context.Context, _ string) (string, error) {
+	var buf [48]byte // the longest masked address, IPv6, is 39 bytes
+	b, err := k.appendKey(buf[:0], ctx)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// appendKey appends the peer's masked address to dst: "192.0.2.1",
+// "2001:db8:1:2::" for any address of 2001:db8:1:2::/64.
+func (k *peerKeyer) appendKey(dst []byte, ctx context.Context) ([]byte, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return dst, k.errNoPeer
+	}
+	a, ok := peerAddr(p.Addr)
+	if !ok {
+		return dst, fmt.Errorf("peer %q: %w", p.Addr.String(), ErrBadPeer)
+	}
+	bits := k.v6
+	if a.Is4() {
+		bits = k.v4
+	}
+	pfx, _ := a.Prefix(bits) // cannot fail: bits is in range for a's family and a has no zone
+	return pfx.Addr().AppendTo(dst), nil
 }
 
 // peerAddr returns the unmapped, zone-less IP of a transport address.
@@ -101,17 +134,6 @@ func peerAddr(addr net.Addr) (netip.Addr, bool) {
 		a = ap.Addr()
 	}
 	return a.Unmap().WithZone(""), true
-}
-
-// maskAddr masks a to its group's prefix and renders it: "192.0.2.1",
-// "2001:db8:1:2::" for any address of 2001:db8:1:2::/64.
-func maskAddr(a netip.Addr, v4, v6 int) string {
-	bits := v6
-	if a.Is4() {
-		bits = v4
-	}
-	p, _ := a.Prefix(bits) // cannot fail: bits is in range for a's family and a has no zone
-	return p.Addr().String()
 }
 
 // Metadata returns a KeyFunc that keys a call by the first value of the
