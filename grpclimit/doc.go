@@ -59,9 +59,13 @@
 //     ErrInvalidOptions that names the field. A Limiter is safe for
 //     concurrent use.
 //
-// Cost: a decided call adds the backend's decision, the key function, the
-// namespaced key (one string) and the response metadata (a map and one
-// string) to grpc-go's own per-call work; the policy text is formatted once
-// per rule at New. bench_test.go measures it against go-grpc-middleware's
-// ratelimit interceptor with golang.org/x/time/rate behind it.
+// Cost: an admitted call adds to grpc-go's own per-call work the key
+// function, the backend's decision and the response metadata: five
+// allocations, about 450 bytes, of which the metadata map is two and 400
+// bytes (grpc.SetHeader takes a metadata.MD), the namespaced key one, the
+// ratelimit value and its list two; the policy text is formatted once per
+// rule at New. A refusal adds the status and its two details (the
+// QuotaFailure marshalled once per rule at New, the RetryInfo per call).
+// bench_test.go measures it against go-grpc-middleware's ratelimit
+// interceptor with golang.org/x/time/rate behind it (make bench-grpc).
 package grpclimit
