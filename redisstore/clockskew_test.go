@@ -281,3 +281,47 @@ func TestRingShardClocksApart(t *testing.T) {
 		}
 	}
 }
+
+// TestFailoverToReplicaBehindFreesKey: Sentinel fails over to a replica
+// whose clock is five minutes behind the old master's. A key at its limit
+// is denied with a RetryAfter of at most its Window (not the five minutes)
+// and admits again once that has passed.
+func TestFailoverToReplicaBehindFreesKey(t *testing.T) {
+	quietClientLog(t)
+	const window = time.Second
+	st, _ := redistest.StartSkewedSentinel(t, -5*time.Minute)
+	client := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: st.Name, SentinelAddrs: []string{st.Sentinel.Addr()},
+		ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 2, Window: window, OnFailure: FailClosed})
+	ctx := context.Background()
+	for i := range 2 {
+		if d, err := s.AllowNContext(ctx, "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("request %d before the failover: %+v, %v", i, d, err)
+		}
+	}
+	if err := client.Do(ctx, "WAIT", 1, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	st.Master.Kill()
+	eventually(t, "failover to the replica", func() bool {
+		_, err := s.PeekContext(ctx, "k")
+		return err == nil
+	})
+	for try := 0; ; try++ {
+		d, err := s.AllowNContext(ctx, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			return
+		}
+		if d.RetryAfter <= 0 || d.RetryAfter > window+time.Microsecond {
+			t.Fatalf("denied after the failover with RetryAfter %v, want within (0, %v]", d.RetryAfter, window)
+		}
+		if try == 3 {
+			t.Fatalf("still denied after waiting RetryAfter %d times (last %v)", try+1, d.RetryAfter)
+		}
+		time.Sleep(d.RetryAfter + 10*time.Millisecond)
+	}
+}

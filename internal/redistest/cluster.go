@@ -112,10 +112,20 @@ const sentinelTimeout = 30 * time.Second
 // redis-server package ships.
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
+	return startSentinel(tb, nil)
+}
+
+// startSentinel is StartSentinel with replica applied to the replica before
+// it starts (nil: nothing).
+func startSentinel(tb testing.TB, replica func(*Server)) *Sentinel {
+	tb.Helper()
 	st := &Sentinel{Name: "mymaster"}
 	st.Master = Start(tb)
-	st.Replica = start(tb, func(int) []string {
-		return []string{"--replicaof", "127.0.0.1", strconv.Itoa(st.Master.Port())}
+	st.Replica = startWith(tb, func(s *Server) {
+		s.extra = []string{"--replicaof", "127.0.0.1", strconv.Itoa(st.Master.Port())}
+		if replica != nil {
+			replica(s)
+		}
 	})
 	waitFor(tb, "replica in sync", func() (bool, error) {
 		info, err := Do(st.Replica.Addr(), "INFO", "replication")

@@ -172,3 +172,18 @@ func StartSkewedCluster(tb testing.TB, n int, offsets ...time.Duration) (*Cluste
 	}
 	return c, clocks
 }
+
+// StartSkewedSentinel is StartSentinel with the replica's wall clock set by
+// the returned Clock, starting at d: a failover then moves the keys to a
+// server whose clock is off the old master's.
+func StartSkewedSentinel(tb testing.TB, d time.Duration) (*Sentinel, *Clock) {
+	tb.Helper()
+	lookPath(tb, "redis-server")
+	lib := buildSkewLib(tb)
+	var c *Clock
+	st := startSentinel(tb, func(s *Server) {
+		c = newClock(tb, s.dir, d)
+		s.env = []string{"LD_PRELOAD=" + lib, "REDISTEST_SKEW_FILE=" + c.f.Name()}
+	})
+	return st, c
+}
