@@ -8,8 +8,10 @@
 // a fixed delay each way in front of a server (a distant Redis), Do sends a
 // command without a client library, StartCluster starts and joins a Redis
 // Cluster of masters (redis-cli --cluster create), and StartSentinel a
-// master, a replica and a sentinel watching them. StartSkewed and
-// StartSkewedCluster start servers whose wall clock is shifted by an
+// master, a replica and a sentinel watching them; StartWith passes more
+// redis-server arguments (maxmemory, a renamed command). StartSkewed,
+// StartSkewedCluster and StartSkewedSentinel (its replica) start servers
+// whose wall clock is shifted by an
 // LD_PRELOAD library that the test builds with the system C compiler (cc),
 // and whose Clock moves a live server's clock (clients ahead or behind,
 // NTP steps); without cc those tests are skipped, saying so.
