@@ -234,6 +234,13 @@ func (c *Counter) TakeLimit(st, id *atomic.Uint64, hash uint64, now int64, n uin
 
 // Peek returns the snapshot of the record at now without changing it.
 func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, Snapshot) {
+	return c.PeekLimit(st, id, hash, now, c.limit)
+}
+
+// PeekLimit is Peek deciding under limit (1 <= limit <= MaxCount) instead
+// of the Counter's: a limiter whose limit changes while serving passes the
+// one in force.
+func (c *Counter) PeekLimit(st, id *atomic.Uint64, hash uint64, now int64, limit uint64) (Status, Snapshot) {
 	win, el := c.At(now)
 	w := st.Load()
 	if !live(w) || id.Load() != hash {
@@ -241,7 +248,7 @@ func (c *Counter) Peek(st, id *atomic.Uint64, hash uint64, now int64) (Status, S
 	}
 	s := Snapshot{Window: win, Elapsed: el}
 	c.roll(w, &s)
-	if c.admits(&s, 1, c.limit) {
+	if c.admits(&s, 1, limit) {
 		return Allowed, s
 	}
 	return Denied, s

@@ -332,7 +332,8 @@ func TestCounterResetReuseNoABA(t *testing.T) {
 		l.AllowAt(k, Time(now))
 	}
 	l.AllowNAt("K", 2, Time(now)) // K: (w, 0, 3)
-	_, rec := l.flat.Lookup(l.flat.Hash("K"))
+	flat := l.impl.(*counterAlgo).flat
+	_, rec := flat.Lookup(flat.Hash("K"))
 	w1 := rec.State.Load() // a request for K loads the word and checks the hash ...
 	l.Reset("K")           // ... and is descheduled while K is Reset
 	for _, step := range []int64{1, int64(time.Second)} {

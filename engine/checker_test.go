@@ -214,7 +214,7 @@ func recordedByEff(ops []*checkOp) []*checkOp {
 
 // checkLog checks a SlidingLog history in ticks.
 func checkLog(l *Limiter, all []checkOp, penalty bool) []string {
-	wq := int64(l.wq)
+	wq := int64(l.impl.(*logAlgo).wq)
 	for i := range all {
 		o := &all[i]
 		rel := l.rel(o.at)

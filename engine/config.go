@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// Algorithm selects how a Limiter counts requests in the sliding window.
-// The zero value means DefaultAlgorithm.
+// Algorithm selects how a Limiter counts requests. The zero value means
+// DefaultAlgorithm. Algorithms lists every one; String and ParseAlgorithm
+// name them (one table, in algorithm.go, says everything per algorithm).
 type Algorithm uint8
 
 const (
@@ -29,29 +30,6 @@ const (
 // in the worst case; choose SlidingLog where every decision must be exact
 // (its memory per key grows with Limit: 4 bytes per unit).
 const DefaultAlgorithm = SlidingCounter
-
-// String returns "log" or "counter".
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingLog:
-		return "log"
-	case SlidingCounter:
-		return "counter"
-	}
-	return fmt.Sprintf("Algorithm(%d)", uint8(a))
-}
-
-// ParseAlgorithm accepts "log", "sliding_log", "counter" and
-// "sliding_counter" (the spellings config files and flags use).
-func ParseAlgorithm(s string) (Algorithm, error) {
-	switch s {
-	case "log", "sliding_log", "slidinglog", "exact":
-		return SlidingLog, nil
-	case "counter", "sliding_counter", "slidingcounter", "approximate":
-		return SlidingCounter, nil
-	}
-	return 0, fmt.Errorf("engine: unknown algorithm %q (want log or counter): %w", s, ErrInvalidConfig)
-}
 
 // Clock is a monotonic time source in nanoseconds. Now must never go back.
 type Clock interface{ Now() int64 }
@@ -101,6 +79,18 @@ type Config struct {
 	Window    time.Duration // length of the sliding window
 	Clock     Clock         // nil: the engine's own monotonic clock
 
+	// Burst is the most requests a key with no recent traffic gets at
+	// once. 0 means Limit, which is the only burst SlidingLog and
+	// SlidingCounter have: they reject any other.
+	Burst int
+
+	// MaxLimit is the largest limit SetLimit may set while serving, fixed
+	// at New. 0 means Limit for SlidingLog (each key's ring holds MaxLimit
+	// ticks: 4 bytes each), and MaxCounterLimit for SlidingCounter (whose state does not depend
+	// on it). SlidingLog's per-call limits (AllowNWithLimit) go up to
+	// MaxLimit too.
+	MaxLimit int
+
 	// Penalty records denied requests too, so a client that keeps hammering
 	// stays blocked until it backs off for a whole Window. SlidingLog then
 	// admits a request iff fewer than Limit requests (admitted or not) lie
@@ -133,27 +123,39 @@ func invalid(format string, args ...any) error {
 
 // normalize validates c and fills in defaults.
 func (c Config) normalize() (Config, error) {
-	switch c.Algorithm {
-	case 0:
+	if c.Algorithm == 0 {
 		c.Algorithm = DefaultAlgorithm
-	case SlidingLog, SlidingCounter:
-	default:
-		return c, invalid("Config.Algorithm %d is unknown (want SlidingLog or SlidingCounter)", uint8(c.Algorithm))
+	}
+	spec := specOf(c.Algorithm)
+	if spec == nil {
+		return c, invalid("Config.Algorithm %d is unknown (want one of %v)", uint8(c.Algorithm), Algorithms())
 	}
 	if c.Limit <= 0 {
 		return c, invalid("Config.Limit must be > 0, got %d", c.Limit)
 	}
-	if c.Algorithm == SlidingLog && c.Limit > MaxLogLimit {
-		return c, invalid("Config.Limit %d exceeds SlidingLog's maximum %d (use SlidingCounter for large limits)", c.Limit, MaxLogLimit)
-	}
-	if c.Algorithm == SlidingCounter && c.Limit > MaxCounterLimit {
-		return c, invalid("Config.Limit %d exceeds SlidingCounter's maximum %d", c.Limit, MaxCounterLimit)
+	if c.Limit > spec.maxLimit {
+		return c, invalid("Config.Limit %d exceeds %v's maximum %d%s", c.Limit, c.Algorithm, spec.maxLimit, spec.maxHint)
 	}
 	if c.Window <= 0 {
 		return c, invalid("Config.Window must be > 0, got %v", c.Window)
 	}
 	if c.Window > MaxWindow {
 		return c, invalid("Config.Window %v exceeds the maximum %v", c.Window, MaxWindow)
+	}
+	if c.MaxLimit < 0 {
+		return c, invalid("Config.MaxLimit must be >= 0, got %d", c.MaxLimit)
+	}
+	if c.MaxLimit == 0 {
+		c.MaxLimit = spec.defaultMaxLimit(c.Limit)
+	}
+	if c.MaxLimit < c.Limit || c.MaxLimit > spec.maxLimit {
+		return c, invalid("Config.MaxLimit %d must be in [Limit %d, %d] for %v", c.MaxLimit, c.Limit, spec.maxLimit, c.Algorithm)
+	}
+	if c.Burst < 0 {
+		return c, invalid("Config.Burst must be >= 0, got %d", c.Burst)
+	}
+	if err := spec.check(&c); err != nil {
+		return c, err
 	}
 	if c.MaxMemory < 0 {
 		return c, invalid("Config.MaxMemory must be >= 0, got %d", c.MaxMemory)

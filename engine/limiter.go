@@ -2,15 +2,11 @@ package engine
 
 import (
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/slidelimit/slidelimit/atomiccounter"
-	"github.com/slidelimit/slidelimit/internal/fastdiv"
-	"github.com/slidelimit/slidelimit/ring"
 	"github.com/slidelimit/slidelimit/shard"
 )
 
@@ -18,17 +14,13 @@ import (
 // concurrent use by any number of goroutines; see the package doc for its
 // guarantees.
 type Limiter struct {
-	cfg     Config
-	alg     Algorithm
-	limit   int
-	window  int64        // ns
-	table   *shard.Table // SlidingLog's keys (two-level: index, then record and ring)
-	flat    *shard.Flat  // SlidingCounter's keys (one-level: the state word in the probed slot)
-	counter atomiccounter.Counter
-	ring    ring.Ring
-	ticks   fastdiv.Divider // ns -> SlidingLog ticks
-	res     int64           // ns per tick
-	wq      uint32          // window in ticks
+	cfg    Config
+	window int64 // ns
+	impl   algo  // the algorithm: its tables and state (algorithm.go)
+	res    int64 // SlidingLog's tick in ns (0 for the others)
+
+	// setMu serializes SetLimit and SetBurst.
+	setMu sync.Mutex
 
 	clock Clock // user clock, or nil for the engine's own (coarse)
 	epoch int64 // clock reading at New; the engine works in ns since then
@@ -115,69 +107,11 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{cfg: c, alg: c.Algorithm, limit: c.Limit, window: int64(c.Window), clock: c.Clock, stats: &stats{}, done: make(chan struct{})}
-	slots := 0
-	free := ring.Dead
-	if c.Algorithm == SlidingLog {
-		slots = c.Limit
-		l.res = resolution(c.Limit, c.Window)
-		l.ticks = fastdiv.New(uint64(l.res))
-		l.wq = uint32((int64(c.Window) + l.res - 1) / l.res)
-		l.ring = ring.New(c.Limit, l.wq, c.Penalty)
-		// See catchUp: 2 x 2^30 + Wq + 1 < 2^32 - ring.LateMax (Wq < 2^29).
-		l.guard = satMul(1<<30, l.res)
-		l.lead = satMul(ring.LateMax/4, l.res)
-	} else {
-		l.counter = atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)
-		// See catchUp: 2 x 2^22 + 2 < 2^24 - atomiccounter.LateWindows.
-		l.guard = satMul(1<<22, int64(c.Window))
-		l.lead = satMul(atomiccounter.LateWindows/4, int64(c.Window))
+	l := &Limiter{cfg: c, window: int64(c.Window), clock: c.Clock, stats: &stats{}, done: make(chan struct{})}
+	if err := specOf(c.Algorithm).build(l); err != nil {
+		return nil, err
 	}
-	// A time ahead of the clock dates its key ahead, and a key is not
-	// reclaimed (nor, after a Reset, its record reused) before its newest
-	// time is a Window old: one Window ahead at most keeps both within two
-	// Windows of the clock (see Time in the package doc).
-	l.ahead = min(l.lead, l.window)
-	l.noteStep = max(1, min(l.lead/8, l.ahead))
 	l.sweepDue.Store(l.guard)
-	now := func() int64 { return l.rel(l.now()) }
-	if c.Algorithm == SlidingCounter {
-		perKey := int64(shard.FlatBytesPerKey)
-		fixed := int64(c.Shards) * shard.FlatShardBytes
-		if c.MaxMemory < fixed+perKey {
-			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards (need at least %d)", c.MaxMemory, c.Shards, fixed+perKey)
-		}
-		maxKeys := (c.MaxMemory - fixed) / perKey
-		if c.MaxKeys > 0 {
-			maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
-		}
-		l.cfg.MaxKeys = int(min(maxKeys, math.MaxInt32))
-		f, err := shard.NewFlat(shard.FlatConfig{Shards: c.Shards, MaxKeys: l.cfg.MaxKeys, MaxBytes: c.MaxMemory,
-			Free: atomiccounter.Free, Moved: atomiccounter.Moved, Idle: l.idle, Now: now, Rescan: max(l.window/8, 1)})
-		if err != nil {
-			return nil, invalid("Config.MaxMemory: %v", err)
-		}
-		l.flat = f
-	} else {
-		sc := shard.Config{Shards: c.Shards, SlotsPer: slots, Free: free, ChunkBytes: chunkBytes,
-			Idle: l.idle, Now: now, Transient: ring.Resetting, Rescan: max(l.window/8, 1),
-			// Forget defers a record to its key's newest time (at most ahead
-			// past the clock) plus Wq+1 ticks, plus a tick of rounding.
-			DeferSpan: satAdd(l.ahead, satMul(int64(l.wq)+2, l.res))}
-		hi := int64(c.Shards) * shard.MaxRecordsPerShard
-		if c.MaxKeys > 0 {
-			hi = min(hi, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
-		}
-		maxKeys := logKeys(sc, hi, c.MaxMemory)
-		if maxKeys < 1 {
-			sc.MaxKeys = 1
-			return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
-				c.MaxMemory, c.Shards, shard.RecordRingBytes(slots), shard.TableBytes(sc))
-		}
-		l.cfg.MaxKeys = int(maxKeys)
-		sc.MaxKeys = int(maxKeys)
-		l.table = shard.New(sc)
-	}
 	if l.clock == nil {
 		coarseAcquire()
 		l.epoch = coarseNow()
@@ -187,6 +121,44 @@ func New(cfg Config) (*Limiter, error) {
 	l.swept.Add(1)
 	go l.sweepLoop()
 	return l, nil
+}
+
+// setBounds sets the wrap guard's span and the callers' lead (see at and
+// catchUp): each algorithm's build calls it first, with what its packed
+// times can tell apart.
+func (l *Limiter) setBounds(guard, lead int64) {
+	l.guard, l.lead = guard, lead
+	// A time ahead of the clock dates its key ahead, and a key is not
+	// reclaimed (nor, after a Reset, its record reused) before its newest
+	// time is a Window old: one Window ahead at most keeps both within two
+	// Windows of the clock (see Time in the package doc).
+	l.ahead = min(l.lead, l.window)
+	l.noteStep = max(1, min(l.lead/8, l.ahead))
+}
+
+// relNow is the clock's reading as ns since the epoch: the tables' Now.
+func (l *Limiter) relNow() int64 { return l.rel(l.now()) }
+
+// newFlat makes the one-level table for an algorithm whose state is one
+// word (SlidingCounter, GCRA), with MaxKeys derived from MaxMemory.
+func (l *Limiter) newFlat(free, moved uint64, idle func(w uint64, rel int64) (bool, int64)) (*shard.Flat, error) {
+	c := l.cfg
+	perKey := int64(shard.FlatBytesPerKey)
+	fixed := int64(c.Shards) * shard.FlatShardBytes
+	if c.MaxMemory < fixed+perKey {
+		return nil, invalid("Config.MaxMemory %d bytes is too small for %d shards (need at least %d)", c.MaxMemory, c.Shards, fixed+perKey)
+	}
+	maxKeys := (c.MaxMemory - fixed) / perKey
+	if c.MaxKeys > 0 {
+		maxKeys = min(maxKeys, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
+	}
+	l.cfg.MaxKeys = int(min(maxKeys, math.MaxInt32))
+	f, err := shard.NewFlat(shard.FlatConfig{Shards: c.Shards, MaxKeys: l.cfg.MaxKeys, MaxBytes: c.MaxMemory,
+		Free: free, Moved: moved, Idle: idle, Now: l.relNow, Rescan: max(l.window/8, 1)})
+	if err != nil {
+		return nil, invalid("Config.MaxMemory: %v", err)
+	}
+	return f, nil
 }
 
 // logKeys returns the largest key bound k <= hi whose Table (config sc with
@@ -381,12 +353,7 @@ func (l *Limiter) catchUp(rel int64) {
 
 // sweepAt sweeps at clock reading at and moves the guard on. Under sweepMu.
 func (l *Limiter) sweepAt(at int64, total bool) int {
-	var n int
-	if l.flat != nil {
-		n = l.flat.Sweep(at, total)
-	} else {
-		n = l.table.Sweep(at, total)
-	}
+	n := l.impl.sweep(at, total)
 	if due := at + min(l.guard, math.MaxInt64-at); due > l.sweepDue.Load() {
 		l.sweepDue.Store(due)
 	}
@@ -394,8 +361,14 @@ func (l *Limiter) sweepAt(at int64, total bool) int {
 }
 
 // Config returns the configuration with defaults filled in (MaxKeys is the
-// key bound derived from MaxMemory).
-func (l *Limiter) Config() Config { return l.cfg }
+// key bound derived from MaxMemory, MaxLimit the bound on SetLimit), with
+// the Limit and Burst in force now (SetLimit, SetBurst). Burst is the
+// burst in force for GCRA, Limit for the others.
+func (l *Limiter) Config() Config {
+	c := l.cfg
+	c.Limit, c.Burst = l.impl.limits()
+	return c
+}
 
 // Allow reports whether one request for key is admitted now, and records it
 // if so. It does not allocate for an existing key (creating one may grow
@@ -405,46 +378,14 @@ func (l *Limiter) Allow(key string) bool {
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
-	if l.flat != nil {
-		return l.allowCounter(l.flat.Hash(key), rel)
-	}
-	return l.allowLog(l.table.Hash(key), rel)
-}
-
-// allowCounter is Allow for the key whose hash is h, at rel: the common
-// case (an existing key) without building a Decision, which was a third of
-// the time of a hot-key Allow; everything else (a new key, a record freed
-// or moved under us) takes the full path.
-func (l *Limiter) allowCounter(h uint64, rel int64) bool {
-	if _, rec := l.flat.Lookup(h); rec != nil {
-		st, _ := l.counter.Take(&rec.State, &rec.Hash, h, rel, 1)
-		if st != atomiccounter.Stale {
-			ok := st == atomiccounter.Allowed
-			l.stats.count(ok)
-			return ok
-		}
-	}
-	return l.decideCounter(h, 1, l.limit, rel, false).Allowed
-}
-
-// allowLog is allowCounter for SlidingLog.
-func (l *Limiter) allowLog(h uint64, rel int64) bool {
-	if _, rec, slots := l.table.Lookup(h); rec != nil {
-		st, _ := l.ring.Take(&rec.State, &rec.Hash, h, slots, l.tick(rel), 1, false)
-		if st == ring.Allowed || st == ring.Denied {
-			ok := st == ring.Allowed
-			l.stats.count(ok)
-			return ok
-		}
-	}
-	return l.decideLog(h, 1, l.limit, rel, false).Allowed
+	return l.impl.allow(key, rel)
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
 // Decision. n <= 0 or n > Limit can never be admitted: it is denied with
 // RetryAfter Never, records nothing and counts in Stats.Invalid.
 func (l *Limiter) AllowN(key string, n int) Decision {
-	return l.take(key, n, l.limit, l.rel(l.now()))
+	return l.take(key, n, 0, false, l.rel(l.now()))
 }
 
 // AllowNWithLimit is AllowN deciding with limit instead of Config.Limit, for
@@ -453,21 +394,40 @@ func (l *Limiter) AllowN(key string, n int) Decision {
 // The key's history is
 // the same whatever limit a call passes: SlidingLog admits iff fewer than
 // limit-n+1 recorded requests lie in the window, SlidingCounter iff the
-// estimate plus n is at most limit. The Window is Config.Window.
+// estimate plus n is at most limit, GCRA at a rate of limit per Window
+// with a bucket of limit x Burst/Limit (at least 1; limit with the default
+// Burst), on the key's one arrival time. The Window is Config.Window.
 //
-// limit must be in [1, Config.Limit] for SlidingLog (its ring holds the
-// last Config.Limit requests: configure Limit as the largest tier's) and in
-// [1, MaxCounterLimit] for SlidingCounter. Outside that, and for n <= 0 or
-// n > limit, the call can never be admitted: it is denied with RetryAfter
+// limit must be in [1, Config.MaxLimit] for SlidingLog (its ring holds the
+// last MaxLimit requests: configure MaxLimit as the largest tier's), in
+// [1, MaxCounterLimit] for SlidingCounter and [1, MaxGCRALimit] for GCRA.
+// Outside that, and for n <= 0 or n > limit (GCRA: n above the call's
+// bucket), the call can never be admitted: it is denied with RetryAfter
 // Never, records nothing and counts in Stats.Invalid, like an n out of
 // range.
 func (l *Limiter) AllowNWithLimit(key string, n, limit int) Decision {
-	return l.take(key, n, limit, l.rel(l.now()))
+	return l.take(key, n, limit, true, l.rel(l.now()))
 }
 
 // AllowNWithLimitAt is AllowNWithLimit at time now of the Limiter's clock.
 func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now Time) Decision {
-	return l.take(key, n, limit, l.at(now))
+	return l.take(key, n, limit, true, l.at(now))
+}
+
+// take is every AllowN variant: limit is the caller's when perCall.
+func (l *Limiter) take(key string, n, limit int, perCall bool, rel int64) Decision {
+	if rel >= l.sweepDue.Load() {
+		l.catchUp(rel)
+	}
+	return l.impl.take(key, n, limit, perCall, rel)
+}
+
+// never is the Decision of a call no wait admits (n or the call's limit
+// out of range): not a rate-limit denial, counted apart, and said so with
+// RetryAfter Never (0 would invite a retry loop).
+func (l *Limiter) never(limit int) Decision {
+	l.stats.invalid.Add(1)
+	return Decision{Limit: limit, RetryAfter: Never}
 }
 
 // AllowAt is AllowN(key, 1) at time now of the Limiter's clock (see Now).
@@ -475,112 +435,21 @@ func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now Time) Decision
 // A time behind the key's newest counts at the newest (see Time in the
 // package doc, which also says what a time ahead of the clock does).
 func (l *Limiter) AllowAt(key string, now Time) Decision {
-	return l.take(key, 1, l.limit, l.at(now))
+	return l.take(key, 1, 0, false, l.at(now))
 }
 
 // AllowNAt is AllowN at time now of the Limiter's clock.
 func (l *Limiter) AllowNAt(key string, n int, now Time) Decision {
-	return l.take(key, n, l.limit, l.at(now))
+	return l.take(key, n, 0, false, l.at(now))
 }
 
 // Peek reports what AllowN(key, 1) would decide now, consuming nothing.
 // Remaining counts the requests admissible now (not minus a hypothetical
 // one).
-func (l *Limiter) Peek(key string) Decision { return l.peek(key, l.rel(l.now())) }
+func (l *Limiter) Peek(key string) Decision { return l.impl.peek(key, l.rel(l.now())) }
 
 // PeekAt is Peek at time now of the Limiter's clock.
-func (l *Limiter) PeekAt(key string, now Time) Decision { return l.peek(key, l.at(now)) }
-
-func (l *Limiter) tick(rel int64) uint32 { return uint32(l.ticks.Div(uint64(rel))) }
-
-// delay converts a delay in ticks, counted from the tick of rel, to ns from rel.
-func (l *Limiter) delay(ticks uint32, rel int64) time.Duration {
-	if ticks == 0 {
-		return 0
-	}
-	return time.Duration(int64(ticks)*l.res - rel%l.res)
-}
-
-// maxCallLimit is the largest per-call limit: the ring size for SlidingLog.
-func (l *Limiter) maxCallLimit() int {
-	if l.alg == SlidingLog {
-		return l.limit
-	}
-	return MaxCounterLimit
-}
-
-func (l *Limiter) take(key string, n, limit int, rel int64) Decision {
-	if limit <= 0 || limit > l.maxCallLimit() || n <= 0 || n > limit {
-		// Not a rate-limit denial: no wait makes it pass. Counted apart,
-		// and said so with RetryAfter Never (0 would invite a retry loop).
-		l.stats.invalid.Add(1)
-		return Decision{Limit: limit, RetryAfter: Never}
-	}
-	if l.flat != nil {
-		return l.decideCounter(l.flat.Hash(key), n, limit, rel, true)
-	}
-	return l.decideLog(l.table.Hash(key), n, limit, rel, true)
-}
-
-// decideCounter is take for a valid n and limit, and the key's hash h
-// (SlidingCounter).
-func (l *Limiter) decideCounter(h uint64, n, limit int, rel int64, detail bool) Decision {
-	if rel >= l.sweepDue.Load() {
-		l.catchUp(rel)
-	}
-	for {
-		s, rec := l.flat.Lookup(h)
-		if rec != nil {
-			st, snap := l.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
-			if st != atomiccounter.Stale {
-				ok := st == atomiccounter.Allowed
-				l.stats.count(ok)
-				d := Decision{Allowed: ok, Limit: limit}
-				if detail {
-					rem, retry, reset := l.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || l.cfg.Penalty)
-					d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
-				}
-				return d
-			}
-		}
-		// Not found, or freed or moved under us: the slow path.
-		if d, done := l.insertCounter(s, h, n, limit, rel); done {
-			return d
-		}
-	}
-}
-
-// insertCounter creates the key's state under the shard lock, unless it
-// exists (then done is false and the caller retries the lock-free path).
-// The first n requests of a new key are always admitted (n <= Limit on an
-// empty window), so the record is born holding them.
-func (l *Limiter) insertCounter(s *shard.FlatShard, h uint64, n, limit int, rel int64) (Decision, bool) {
-	t := l.flat
-	s.Lock()
-	if t.Find(s, h) != nil {
-		s.Unlock()
-		return Decision{}, false
-	}
-	clk, due := l.insertClock()
-	if due {
-		s.Unlock()
-		l.catchUp(clk) // see insertClock
-		return Decision{}, false
-	}
-	rec, readyAt, ok := t.Claim(s, h, clk)
-	if !ok {
-		s.Unlock()
-		return l.overflow(h, n, limit), true
-	}
-	at := max(rel, readyAt, clk) // see insertLog
-	t.Publish(s, rec, h, l.counter.First(at, uint32(n)))
-	s.Unlock()
-	win, el := l.counter.At(at)
-	rem, _, reset := l.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
-	l.stats.inserts.Add(1)
-	l.stats.count(true)
-	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(satAdd(reset, at-rel))}, true
-}
+func (l *Limiter) PeekAt(key string, now Time) Decision { return l.impl.peek(key, l.at(now)) }
 
 // satAdd is a+b for a, b >= 0, saturating at MaxInt64.
 func satAdd(a, b int64) int64 {
@@ -622,162 +491,6 @@ func (l *Limiter) overflow(h uint64, n, limit int) Decision {
 	return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
 }
 
-// decideLog is take for a valid n and limit, and the key's hash h
-// (SlidingLog).
-func (l *Limiter) decideLog(h uint64, n, limit int, rel int64, detail bool) Decision {
-	if rel >= l.sweepDue.Load() {
-		l.catchUp(rel)
-	}
-	for {
-		s, rec, slots := l.table.Lookup(h)
-		if rec != nil {
-			st, out := l.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, l.tick(rel), uint32(n), uint32(limit), detail)
-			if st == ring.Busy {
-				runtime.Gosched() // another request is resetting the key's ring (a few stores)
-				continue
-			}
-			if st != ring.Stale {
-				ok := st == ring.Allowed
-				l.stats.count(ok)
-				d := Decision{Allowed: ok, Limit: limit}
-				if detail {
-					d.Remaining = int(out.Remaining)
-					d.ResetAfter = l.delay(out.ResetAfter, rel)
-					if !ok {
-						d.RetryAfter = l.delay(out.RetryAfter, rel)
-					}
-				}
-				return d
-			}
-		}
-		// Not found, or the record was freed or reused under us: the slow path.
-		if d, done := l.insertLog(s, h, n, limit, rel); done {
-			return d
-		}
-	}
-}
-
-// insertLog creates the key's state under the shard lock, unless another
-// goroutine got there first (then done is false and the caller retries the
-// lock-free path). The first n requests of a new key are always admitted
-// (n <= Limit on an empty window), so the record is born holding them.
-func (l *Limiter) insertLog(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
-	t := l.table
-	s.Lock()
-	if _, ok := t.Find(s, h); ok {
-		s.Unlock()
-		return Decision{}, false
-	}
-	clk, due := l.insertClock()
-	if due {
-		s.Unlock()
-		l.catchUp(clk) // see insertClock
-		return Decision{}, false
-	}
-	// Lazy reuse judges idleness by the clock, never by rel: a time ahead
-	// of the clock must not free other keys (see package shard).
-	ref, readyAt, ok := t.Alloc(s, clk)
-	if !ok {
-		s.Unlock()
-		return l.overflow(h, n, limit), true
-	}
-	// Date the new key no earlier than the moment its record's previous
-	// owner went empty: then the previous owner's late writers find values
-	// newer than theirs and do nothing (see package shard). And no earlier
-	// than the clock read under the lock: a key freed as idle (by a reading
-	// taken before this one) must not be recreated by a request that read
-	// the clock long ago, back in the window that made it active.
-	at := max(rel, readyAt, clk)
-	rec, slots := t.Record(s, ref)
-	rec.Hash.Store(h) // before State: a reader that sees the new State sees the new Hash
-	tk := l.tick(at)
-	rec.State.Store(l.ring.First(slots, tk, uint32(n)))
-	t.Insert(s, h, ref)
-	s.Unlock()
-	l.stats.inserts.Add(1)
-	l.stats.count(true)
-	return Decision{Allowed: true, Limit: limit, Remaining: limit - n,
-		ResetAfter: l.delay(tk+l.wq+1-l.tick(rel), rel)}, true
-}
-
-// idle is the table's idle test (see package shard): whether state w holds
-// nothing at rel or later, and when a state that is not idle will be.
-func (l *Limiter) idle(w uint64, rel int64) (idle bool, readyAt int64) {
-	if l.alg == SlidingCounter {
-		if l.counter.Idle(w, rel) {
-			return true, rel
-		}
-		return false, l.counter.ReadyAt(w, rel)
-	}
-	if l.ring.IsIdle(w, l.tick(rel)) {
-		return true, rel
-	}
-	d := int64(l.ring.ReadyAt(w) - l.tick(rel)) // ticks ahead, < 2^31
-	return false, rel - rel%l.res + satMul(int64(uint32(d)), l.res)
-}
-
-func (l *Limiter) peek(key string, rel int64) Decision {
-	if l.flat != nil {
-		return l.peekCounter(key, rel)
-	}
-	h := l.table.Hash(key)
-	for {
-		s, rec, slots := l.table.Lookup(h)
-		if rec == nil {
-			s.Lock()
-			_, found := l.table.Find(s, h)
-			s.Unlock()
-			if found {
-				continue
-			}
-			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
-		}
-		st, out := l.ring.Peek(&rec.State, &rec.Hash, h, slots, l.tick(rel))
-		if st == ring.Idle { // nothing counts; Peek changes nothing, not even this
-			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
-		}
-		if st == ring.Busy {
-			runtime.Gosched() // another request is resetting the key's ring
-			continue
-		}
-		if st == ring.Stale {
-			s.Lock() // a sweep or Reset is removing the record: wait for it
-			s.Unlock()
-			continue
-		}
-		d := Decision{Allowed: st == ring.Allowed, Limit: l.limit, Remaining: int(out.Remaining), ResetAfter: l.delay(out.ResetAfter, rel)}
-		if !d.Allowed {
-			d.RetryAfter = l.delay(out.RetryAfter, rel)
-		}
-		return d
-	}
-}
-
-func (l *Limiter) peekCounter(key string, rel int64) Decision {
-	h := l.flat.Hash(key)
-	for {
-		s, rec := l.flat.Lookup(h)
-		if rec == nil {
-			s.Lock()
-			found := l.flat.Find(s, h) != nil
-			s.Unlock()
-			if found {
-				continue
-			}
-			return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit}
-		}
-		st, snap := l.counter.Peek(&rec.State, &rec.Hash, h, rel)
-		if st == atomiccounter.Stale {
-			s.Lock() // a sweep or a rebuild is removing or moving the record: wait for it
-			s.Unlock()
-			continue
-		}
-		ok := st == atomiccounter.Allowed
-		rem, retry, reset := l.counter.Describe(snap, 1, ok, false)
-		return Decision{Allowed: ok, Limit: l.limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
-	}
-}
-
 // Reset forgets key's state: its next request starts on an empty window.
 //
 // SlidingCounter empties the key's word in place, dated at the key's newest
@@ -793,76 +506,19 @@ func (l *Limiter) peekCounter(key string, rel int64) Decision {
 // either is free for reuse at most about two Windows after the Reset.
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
-func (l *Limiter) Reset(key string) {
-	rel := l.rel(l.now())
-	if l.table != nil {
-		h := l.table.Hash(key)
-		if l.table.Forget(h, rel) {
-			l.table.ClearIdleHint(h)
-		}
-		return
-	}
-	h := l.flat.Hash(key)
-	for {
-		s, rec := l.flat.Lookup(h)
-		if rec == nil {
-			// A lock-free miss is not final (a rebuild under way): confirm
-			// it under the lock.
-			s.Lock()
-			found := l.flat.Find(s, h) != nil
-			s.Unlock()
-			if !found {
-				return // a key being created now is created empty anyway
-			}
-			continue
-		}
-		for {
-			w := rec.State.Load()
-			if w == atomiccounter.Free || w == atomiccounter.Moved || rec.Hash.Load() != h {
-				s.Lock() // freed, reused or moved under us: wait for the table's writer, look again
-				s.Unlock()
-				break
-			}
-			// Dated no earlier than w's window: see Emptied.
-			if rec.State.CompareAndSwap(w, l.counter.Emptied(w, rel)) {
-				l.flat.ClearIdleHint(h) // the key is idle two windows on: let lazy reuse see it
-				return
-			}
-		}
-	}
-}
+func (l *Limiter) Reset(key string) { l.impl.reset(key, l.rel(l.now())) }
 
 // Len returns the number of keys tracked now.
-func (l *Limiter) Len() int {
-	n := 0
-	if l.flat != nil {
-		for i := 0; i < l.flat.Shards(); i++ {
-			n += l.flat.ShardAt(i).Len()
-		}
-		return n
-	}
-	for i := 0; i < l.table.Shards(); i++ {
-		n += l.table.ShardAt(i).Len()
-	}
-	return n
-}
+func (l *Limiter) Len() int { return l.impl.keys() }
 
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
-		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load(), Invalid: l.stats.invalid.Load()}
+		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load(), Invalid: l.stats.invalid.Load(),
+		Reclaimed: l.impl.reclaimed(), Bytes: l.impl.bytes()}
 	for i := range l.stats.s {
 		st.Allowed += l.stats.s[i].allowed.Load()
 		st.Denied += l.stats.s[i].denied.Load()
-	}
-	if l.flat != nil {
-		st.Reclaimed = l.flat.Reclaimed()
-		st.Bytes = l.flat.Bytes()
-		return st
-	}
-	st.Reclaimed = l.table.Reclaimed()
-	for i := 0; i < l.table.Shards(); i++ {
-		st.Bytes += l.table.ShardAt(i).Bytes()
 	}
 	return st
 }

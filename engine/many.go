@@ -22,31 +22,13 @@ const manyGroup = 16
 // following one another. A key that appears twice is decided twice.
 func (l *Limiter) AllowMany(dst []bool, keys []string) []bool {
 	dst = slices.Grow(dst, len(keys))
-	rel := l.rel(l.now())
-	var hs [manyGroup]uint64
-	for len(keys) > 0 {
-		g := keys[:min(len(keys), manyGroup)]
-		keys = keys[len(g):]
-		if rel >= l.sweepDue.Load() {
-			l.catchUp(rel)
-		}
-		if l.flat != nil {
-			for i, k := range g {
-				hs[i] = l.flat.Hash(k)
-				l.flat.Touch(hs[i])
-			}
-			for i := range g {
-				dst = append(dst, l.allowCounter(hs[i], rel))
-			}
-			continue
-		}
-		for i, k := range g {
-			hs[i] = l.table.Hash(k)
-			l.table.Touch(hs[i])
-		}
-		for i := range g {
-			dst = append(dst, l.allowLog(hs[i], rel))
-		}
+	return l.impl.allowMany(dst, keys, l.rel(l.now()))
+}
+
+// guardCheck runs the wrap guard's sweep if it is due at rel: AllowMany's
+// implementations call it before each group.
+func (l *Limiter) guardCheck(rel int64) {
+	if rel >= l.sweepDue.Load() {
+		l.catchUp(rel)
 	}
-	return dst
 }

@@ -94,7 +94,7 @@ func TestZeroAlgorithmIsSlidingCounter(t *testing.T) {
 	if got := l.Config().Algorithm; got != SlidingCounter || DefaultAlgorithm != SlidingCounter {
 		t.Fatalf("Config().Algorithm = %v, want SlidingCounter", got)
 	}
-	if l.flat == nil || l.table != nil {
+	if _, ok := l.impl.(*counterAlgo); !ok {
 		t.Fatal("a zero Algorithm did not build SlidingCounter's table")
 	}
 	if !l.Allow("k") || !l.Allow("k") || l.Allow("k") {

@@ -51,11 +51,12 @@ func TestCounterResetDefeatsPausedCAS(t *testing.T) {
 	// into the next one: dated one window ahead.
 	base := clk.Now() - clk.Now()%int64(W) + int64(W)
 	clk.t.Store(base + int64(9*W/10))
-	hA := l.flat.Hash("old")
+	flat := l.impl.(*counterAlgo).flat
+	hA := flat.Hash("old")
 	if d := l.AllowAt("old", Time(base+int64(11*W/10))); !d.Allowed {
 		t.Fatalf("old key's request denied: %+v", d)
 	}
-	_, recA := l.flat.Lookup(hA)
+	_, recA := flat.Lookup(hA)
 	if recA == nil {
 		t.Fatal("old key not found")
 	}
@@ -83,8 +84,8 @@ func TestCounterResetDefeatsPausedCAS(t *testing.T) {
 		if d := l.AllowAt(key, Time(clk.Now())); !d.Allowed {
 			t.Fatalf("new key refused: %+v", d)
 		}
-		if _, rec := l.flat.Lookup(l.flat.Hash(key)); rec == recA {
-			hB = l.flat.Hash(key)
+		if _, rec := flat.Lookup(flat.Hash(key)); rec == recA {
+			hB = flat.Hash(key)
 			break
 		}
 	}

@@ -330,6 +330,13 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 
 // Peek decides one request at tick now without recording anything.
 func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now uint32) (Status, Outcome) {
+	return r.PeekLimit(head, id, hash, slots, now, r.limit)
+}
+
+// PeekLimit is Peek under limit m (1 <= m <= Limit) instead of the ring's
+// size, as TakeLimit decides: a limiter whose limit changes while serving
+// passes the one in force.
+func (r *Ring) PeekLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32, now, m uint32) (Status, Outcome) {
 	for {
 		v := head.Load()
 		if !live(v) {
@@ -344,10 +351,10 @@ func (r *Ring) Peek(head, id *atomic.Uint64, hash uint64, slots []atomic.Uint32,
 		last, next, batch := Unpack(v)
 		t, idle := r.effective(now, last)
 		if idle {
-			return Idle, Outcome{Remaining: r.limit}
+			return Idle, Outcome{Remaining: m}
 		}
-		ok := !r.inWindow(t, r.at(slots, last, next, batch, 0))
-		out := r.describe(slots, last, next, batch, now, t, 1, r.limit, ok, false)
+		ok := !r.inWindow(t, r.at(slots, last, next, batch, r.limit-m))
+		out := r.describe(slots, last, next, batch, now, t, 1, m, ok, false)
 		if head.Load() != v {
 			continue
 		}
