@@ -19,22 +19,21 @@ import (
 // for truncation). The estimate is the largest such bound seen in the
 // current period of clockPeriod (the fastest reply's), so it is never above
 // the true offset while the server's clock does not step back against ours.
-// It is trusted only while it is fresh: made by a reply read less than
-// clockPeriod ago. A stale or missing one is refreshed by reading the
-// server's TIME before the call (one more round trip, see Store.offset), so
-// a step back of the server's clock, or a failover to a server whose clock
-// is behind, misleads only the calls sent within clockPeriod of it, whether
-// or not calls kept coming. A client that calls a server at least once per
-// period never pays the extra round trip: the first reply of each period
-// makes a fresh estimate. A bound that falls short of
-// the offset by the return trip of the fastest reply only makes Redis
-// refuse a call that close to its deadline; its reply could not have come
-// back in time anyway.
+// It is trusted only while it is fresh: while less than clockPeriod has
+// passed since the latest reply of its period was read (seen). A stale or
+// missing one is refreshed by reading the server's TIME before the call
+// (one more round trip, see Store.offset). So a client that hears from a
+// server at least once a clockPeriod never pays that round trip, and a
+// step back of the server's clock (or a failover to a server whose clock
+// is behind) misleads only the calls sent less than two periods after it:
+// an estimate made before the step is replaced by the first reply of the
+// next period, or goes stale a period after the last reply it had.
 //
 // The bound is an int64 of µs: any offset (hours, days, a clock restored
 // from an old snapshot) is learned.
 type nodeClock struct {
-	est atomic.Pointer[estimate]
+	est  atomic.Pointer[estimate]
+	seen atomic.Int64 // wall µs of the latest reply read; counts for est only in est's period
 }
 
 // estimate is one period's best bound; immutable once published, so a
@@ -47,7 +46,7 @@ type estimate struct {
 
 // clockPeriod is how long a bound is kept as the best of its period before
 // a new period starts from fresh replies, and how long an estimate is
-// trusted after the reply that made it (µs).
+// trusted after the latest reply of its period (µs).
 const clockPeriod = int64(time.Second / time.Microsecond)
 
 // observe records a reply: the server's time serverUS, read by this
@@ -61,23 +60,41 @@ func (n *nodeClock) observe(serverUS, recvUS int64) {
 	for {
 		old := n.est.Load()
 		if old != nil && (old.recv/clockPeriod > p || old.recv/clockPeriod == p && old.bound >= v.bound) {
-			return
+			break
 		}
 		nv := v
 		if n.est.CompareAndSwap(old, &nv) {
+			break
+		}
+	}
+	// After est: a reader that sees this reply's time also sees an
+	// estimate of its period or later (or takes est's own recv).
+	for {
+		s := n.seen.Load()
+		if recvUS <= s || n.seen.CompareAndSwap(s, recvUS) {
 			return
 		}
 	}
 }
 
-// offset returns the estimate if it is fresh at wall time nowUS (its reply
-// read less than clockPeriod before), else 0 and false.
+// offset returns the estimate if it is fresh at wall time nowUS, else 0 and
+// false.
 func (n *nodeClock) offset(nowUS int64) (int64, bool) {
 	if n == nil {
 		return 0, false
 	}
 	e := n.est.Load()
-	if e == nil || nowUS-e.recv >= clockPeriod {
+	if e == nil {
+		return 0, false
+	}
+	last := n.seen.Load()
+	if last/clockPeriod != e.recv/clockPeriod || last < e.recv {
+		// A reply of another period (a later one, whose estimate this
+		// load missed; or an old one read late): only est's own time
+		// vouches for it.
+		last = e.recv
+	}
+	if nowUS-last >= clockPeriod {
 		return 0, false
 	}
 	return e.bound, true

@@ -9,7 +9,7 @@ import (
 // replies: the best (largest) lower bound of a period wins, a new period
 // starts over (a clock that stepped back is forgotten), late replies of an
 // old period are ignored, offsets of days are kept exactly, and an estimate
-// made a period ago or more is not trusted.
+// is trusted for less than a period after the latest reply of its period.
 func TestNodeClockEstimate(t *testing.T) {
 	const sec = int64(1_700_000_000) * 1_000_000 // a period boundary (µs)
 	c := &nodeClock{}
@@ -42,6 +42,15 @@ func TestNodeClockEstimate(t *testing.T) {
 	}
 	if off, ok := c.offset(sec + 2*clockPeriod + 100); ok {
 		t.Fatalf("an estimate a period old is trusted: %d", off)
+	}
+	// A later, slower reply of the same period leaves the bound and keeps
+	// the estimate fresh for a period after it was read.
+	c.observe(sec+clockPeriod+899_800, sec+clockPeriod+900_000)
+	if off, ok := c.offset(sec + 2*clockPeriod + 899_999); !ok || off != -51 {
+		t.Fatalf("after a slower reply of the period: %d, %v; want -51, fresh", off, ok)
+	}
+	if _, ok := c.offset(sec + 2*clockPeriod + 900_000); ok {
+		t.Fatal("an estimate is trusted a period after the latest reply")
 	}
 }
 

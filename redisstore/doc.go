@@ -68,9 +68,10 @@
 // key go-redis does not expose, so a Ring reads the clock again for each
 // hash tag unused for a second); a server never lends its offset to
 // another. Any offset is learned, however large (hours, days). An estimate
-// is used for less than a second after the reply that made it: a call to a
+// is used for less than a second after the latest reply read from its
+// server, and the first reply of each second starts a new one: a call to a
 // server with no estimate that fresh first reads that server's TIME (one
-// more round trip, counted in Stats.ClockReads; a client that calls a
+// more round trip, counted in Stats.ClockReads; a client that hears from a
 // server at least once a second does not pay it), so an idle client and
 // the first call to a server are judged by a fresh estimate too. A SlidingLog
 // write of many entries checks the deadline after each thousand and takes
@@ -80,7 +81,7 @@
 // took longer on the way back than a quarter of the budget (it ran in time
 // and the reply was lost or delayed: its request stays counted, as for any
 // RPC), or the server's clock stepped back (or a failover moved the key to
-// a server whose clock is behind) less than a second before the call was
+// a server whose clock is behind) less than two seconds before the call was
 // sent (then it may write up to the step late), or, on a
 // cluster, the key's slot moved to another master that go-redis's slot map
 // did not show yet (the call is judged with the old master's offset: off by
