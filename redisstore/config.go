@@ -66,8 +66,9 @@ var (
 	ErrCircuitOpen = errors.New("circuit breaker open")
 )
 
-// Config configures a Store. Client, Algorithm, Limit and Window are
-// required; the rest have defaults.
+// Config configures a Store. Client, Limit and Window are required; the
+// rest have defaults (a zero Algorithm is engine.DefaultAlgorithm, as in
+// the engine).
 type Config struct {
 	// Client is a go-redis client: *redis.Client (single node, or the
 	// Sentinel failover client of redis.NewFailoverClient),
@@ -150,6 +151,11 @@ func invalid(format string, args ...any) error {
 func (c Config) normalize() (Config, error) {
 	if c.Client == nil {
 		return c, invalid("Config.Client must not be nil")
+	}
+	if c.Algorithm == 0 {
+		// As the engine: a zero Algorithm is engine.DefaultAlgorithm, so
+		// one Config means the same window in memory and in Redis.
+		c.Algorithm = engine.DefaultAlgorithm
 	}
 	switch c.Algorithm {
 	case engine.SlidingLog, engine.SlidingCounter:

@@ -317,7 +317,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	ok := Config{Client: c, Algorithm: engine.SlidingLog, Limit: 1, Window: time.Second}
 	cases := map[string]func(*Config){
 		"Client":           func(c *Config) { c.Client = nil },
-		"Algorithm":        func(c *Config) { c.Algorithm = 0 },
+		"Algorithm":        func(c *Config) { c.Algorithm = 99 },
 		"Limit":            func(c *Config) { c.Limit = 0 },
 		"Limit 65536":      func(c *Config) { c.Limit = engine.MaxLogLimit + 1 },
 		"Window":           func(c *Config) { c.Window = 0 },
@@ -339,6 +339,21 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 	if _, err := New(ok); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
+	}
+}
+
+// TestZeroAlgorithmIsTheEnginesDefault checks that a Config without an
+// Algorithm means what it means to the in-memory engine, so one Config
+// gives the same window in memory and in Redis.
+func TestZeroAlgorithmIsTheEnginesDefault(t *testing.T) {
+	c := redis.NewClient(testClientOptions("127.0.0.1:1"))
+	defer c.Close()
+	s, err := New(Config{Client: c, Limit: 1, Window: time.Second})
+	if err != nil {
+		t.Fatalf("zero Algorithm rejected: %v", err)
+	}
+	if got := s.Config().Algorithm; got != engine.DefaultAlgorithm {
+		t.Errorf("Config().Algorithm = %v, want engine.DefaultAlgorithm (%v)", got, engine.DefaultAlgorithm)
 	}
 }
 
