@@ -3,12 +3,13 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // algo is one algorithm's implementation behind a Limiter: its key table
 // and state, built once by New (the algorithm's spec.build) and called
 // through this interface once per decision. Each lives in its own file
-// (log.go, counter.go). Everything an algorithm does not own (the
+// (log.go, counter.go, gcra.go). Everything an algorithm does not own (the
 // clock and callers' times, the wrap guard, stats, overflow, Close) is the
 // Limiter's.
 //
@@ -64,6 +65,9 @@ var specs = [...]spec{
 	{alg: SlidingCounter, name: "counter", spellings: []string{"counter", "sliding_counter", "slidingcounter", "approximate"},
 		maxLimit:        MaxCounterLimit,
 		defaultMaxLimit: func(int) int { return MaxCounterLimit }, check: burstIsLimit, build: buildCounter},
+	{alg: GCRA, name: "gcra", spellings: []string{"gcra", "token_bucket", "tokenbucket", "bucket"},
+		maxLimit:        MaxGCRALimit,
+		defaultMaxLimit: func(limit int) int { return limit }, check: checkGCRA, build: buildGCRA},
 }
 
 func specOf(a Algorithm) *spec {
@@ -76,7 +80,7 @@ func specOf(a Algorithm) *spec {
 }
 
 // Algorithms returns every algorithm, in a fixed order (SlidingLog,
-// SlidingCounter): consumers that offer a choice (config files,
+// SlidingCounter, GCRA): consumers that offer a choice (config files,
 // flags, benchmarks) list them from here.
 func Algorithms() []Algorithm {
 	out := make([]Algorithm, len(specs))
@@ -86,7 +90,7 @@ func Algorithms() []Algorithm {
 	return out
 }
 
-// String returns "log" or "counter".
+// String returns "log", "counter" or "gcra".
 func (a Algorithm) String() string {
 	if s := specOf(a); s != nil {
 		return s.name
@@ -95,8 +99,9 @@ func (a Algorithm) String() string {
 }
 
 // ParseAlgorithm accepts "log" (also "sliding_log", "slidinglog",
-// "exact") and "counter" ("sliding_counter", "slidingcounter",
-// "approximate"): the spellings config files and flags use.
+// "exact"), "counter" ("sliding_counter", "slidingcounter",
+// "approximate") and "gcra" ("token_bucket", "tokenbucket", "bucket"):
+// the spellings config files and flags use.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	names := make([]string, 0, len(specs))
 	for i := range specs {
@@ -113,7 +118,26 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // burstIsLimit is check for the window algorithms: their burst is Limit.
 func burstIsLimit(c *Config) error {
 	if c.Burst != 0 && c.Burst != c.Limit {
-		return invalid("Config.Burst %d: %v's burst is its Limit (leave Burst 0)", c.Burst, c.Algorithm)
+		return invalid("Config.Burst %d is for GCRA; %v's burst is its Limit (leave Burst 0)", c.Burst, c.Algorithm)
+	}
+	return nil
+}
+
+// checkGCRA validates GCRA's fields: the burst, and a bucket and emission
+// interval the packed times hold (package gcra).
+func checkGCRA(c *Config) error {
+	if c.Burst > MaxGCRALimit {
+		return invalid("Config.Burst %d exceeds GCRA's maximum %d", c.Burst, MaxGCRALimit)
+	}
+	if int64(c.Window) < int64(c.MaxLimit) {
+		return invalid("Config.Window %v is shorter than MaxLimit %d ns: GCRA's emission interval (Window/MaxLimit) must be at least 1 ns", c.Window, c.MaxLimit)
+	}
+	b := c.Burst
+	if b == 0 {
+		b = c.MaxLimit // the burst follows the limit, up to MaxLimit
+	}
+	if tok := gcraToken(c.Window, c.MaxLimit); satMul(int64(b), tok) > gcraMaxDepth {
+		return invalid("Config.Burst %d x Window/MaxLimit is a bucket of %v, above GCRA's maximum %v", b, time.Duration(satMul(int64(b), tok)), time.Duration(gcraMaxDepth))
 	}
 	return nil
 }

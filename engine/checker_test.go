@@ -54,7 +54,7 @@ func TestCheckerWindowRule(t *testing.T) {
 	if testing.Short() {
 		run = 100 * time.Millisecond
 	}
-	for _, a := range algorithms {
+	for _, a := range windowAlgorithms {
 		for _, fake := range []bool{false, true} {
 			for _, pen := range []bool{false, true} {
 				c := checkCase{alg: a, fake: fake, penalty: pen}

@@ -21,6 +21,12 @@ const (
 	// counts of the current and previous aligned windows in one word and
 	// weights the previous count by the part of it still inside the window.
 	SlidingCounter
+	// GCRA is the token bucket as one time per key (the generic cell rate
+	// algorithm, package gcra): Limit per Window is the rate, Config.Burst
+	// the bucket (default Limit). A fresh key admits Burst requests at once,
+	// then one every Window/Limit. One 8-byte word per key, like
+	// SlidingCounter.
+	GCRA
 )
 
 // DefaultAlgorithm is what a zero Config.Algorithm means: SlidingCounter,
@@ -28,7 +34,8 @@ const (
 // which decides a hot key fastest. Its decisions follow the weighted
 // formula (see the package doc), within 2 x Limit - 1 of the exact count
 // in the worst case; choose SlidingLog where every decision must be exact
-// (its memory per key grows with Limit: 4 bytes per unit).
+// (its memory per key grows with Limit: 4 bytes per unit), GCRA for a
+// rate with a burst of its own.
 const DefaultAlgorithm = SlidingCounter
 
 // Clock is a monotonic time source in nanoseconds. Now must never go back.
@@ -55,6 +62,10 @@ const (
 	// MaxCounterLimit is the largest Limit SlidingCounter holds: each of
 	// the two window counts is a 20-bit field (see package atomiccounter).
 	MaxCounterLimit = 1<<20 - 1
+	// MaxGCRALimit is the largest Limit (and Burst, and per-call limit)
+	// GCRA takes. Its emission interval is Window/MaxLimit rounded up to a
+	// nanosecond, so New also wants Window >= MaxLimit ns.
+	MaxGCRALimit = 1<<30 - 1
 )
 
 // MaxWindow is the longest Window (and SweepInterval) New accepts: a year
@@ -79,14 +90,17 @@ type Config struct {
 	Window    time.Duration // length of the sliding window
 	Clock     Clock         // nil: the engine's own monotonic clock
 
-	// Burst is the most requests a key with no recent traffic gets at
-	// once. 0 means Limit, which is the only burst SlidingLog and
-	// SlidingCounter have: they reject any other.
+	// Burst is GCRA's bucket: how many requests a key with no recent
+	// traffic gets at once (then one every Window/Limit). 0 means Limit,
+	// and then the burst follows the limit when SetLimit changes it (until
+	// SetBurst sets one). The other algorithms reject a Burst other than 0
+	// or Limit: their burst is Limit.
 	Burst int
 
 	// MaxLimit is the largest limit SetLimit may set while serving, fixed
 	// at New. 0 means Limit for SlidingLog (each key's ring holds MaxLimit
-	// ticks: 4 bytes each), and MaxCounterLimit for SlidingCounter (whose state does not depend
+	// ticks: 4 bytes each) and GCRA (its clock ticks at Window/MaxLimit),
+	// and MaxCounterLimit for SlidingCounter (whose state does not depend
 	// on it). SlidingLog's per-call limits (AllowNWithLimit) go up to
 	// MaxLimit too.
 	MaxLimit int
@@ -94,7 +108,11 @@ type Config struct {
 	// Penalty records denied requests too, so a client that keeps hammering
 	// stays blocked until it backs off for a whole Window. SlidingLog then
 	// admits a request iff fewer than Limit requests (admitted or not) lie
-	// in [t-Window, t]; SlidingCounter counts denied requests in the window.
+	// in [t-Window, t]; SlidingCounter counts denied requests in the window;
+	// GCRA pushes the key's arrival time on as if the request were admitted,
+	// to at most two buckets ahead of its time (Burst x Window/Limit each),
+	// so a client that keeps hammering is admitted again once it pauses for
+	// one bucket's time (a Window with the default Burst) plus Window/Limit.
 	Penalty bool
 
 	// MaxMemory bounds the bytes of key state (index, slabs, rings).

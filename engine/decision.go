@@ -8,15 +8,18 @@ import (
 
 // Decision is the full answer for one request.
 type Decision struct {
-	Allowed   bool
+	Allowed bool
+	// Limit is the most requests the key can hold: the limit in force (or
+	// the call's, AllowNWithLimit); for GCRA the bucket (Burst), the most
+	// one call can have admitted.
 	Limit     int
 	Remaining int // requests still admissible right now (after this one)
 	// RetryAfter, when denied, is the earliest moment a retry can pass
-	// (exact for SlidingLog); 0 when allowed. A call that no retry can
+	// (exact for SlidingLog and GCRA); 0 when allowed. A call that no retry can
 	// pass (n <= 0, n above the limit, a per-call limit out of range) has
 	// RetryAfter Never: compare with Never before doing arithmetic on it.
 	RetryAfter time.Duration
-	ResetAfter time.Duration // until the key's window is empty again
+	ResetAfter time.Duration // until the key's window is empty again (GCRA: its bucket full)
 }
 
 // Never is the RetryAfter of a call that can never be admitted, however

@@ -1,10 +1,11 @@
-// Package engine is slidelimit's public API: a per-key sliding-window rate
-// limiter for API gateways, deciding without locks or allocations for
-// millions of keys. A decision on a key in the CPU caches takes tens of
-// nanoseconds; one whose key, index entry and record all miss the caches
-// (100k keys or more, accessed at random) takes a few hundred, set by
-// memory latency; the exact log on one hot key contended by two goroutines
-// takes a few hundred too (the key's head word bounces between the cores).
+// Package engine is slidelimit's public API: a per-key rate limiter for
+// API gateways (sliding window, exact or approximate, or GCRA), deciding
+// without locks or allocations for millions of keys. A decision on a key
+// in the CPU caches takes tens of nanoseconds; one whose key, index entry
+// and record all miss the caches (100k keys or more, accessed at random)
+// takes a few hundred, set by memory latency; the exact log on one hot key
+// contended by two goroutines takes a few hundred too (the key's head word
+// bounces between the cores).
 // RESULTS.md at the repository's root has the measured figures, beside
 // other Go limiters, all from one generated run.
 //
@@ -12,6 +13,22 @@
 //	if err != nil { ... }
 //	defer l.Close()
 //	if !l.Allow(apiKey) { ... 429 ... }
+//
+// # Choosing an algorithm
+//
+// Three algorithms (Config.Algorithm; Algorithms lists them, String and
+// ParseAlgorithm name them "log", "counter" and "gcra"):
+//
+//	algorithm       decides                     bytes per key        burst          limit up to
+//	SlidingLog      exact sliding window        4 x MaxLimit + ~24   Limit          65535
+//	SlidingCounter  weighted two-window count   18-26                Limit          2^20 - 1
+//	GCRA            token bucket (rate + burst) 18-26                Config.Burst   2^30 - 1
+//
+// SlidingCounter (the default) for a window limit at constant memory and
+// the fastest hot key; SlidingLog where every decision must be exact;
+// GCRA where a client may burst above (or must stay below) its rate: the
+// algorithm of x/time/rate, redis_rate and throttled, as one 8-byte time
+// per key (package gcra).
 //
 // # Window semantics
 //
@@ -33,10 +50,41 @@
 // still discounts the first burst). Cloudflare measured 0.003 % wrong
 // decisions over 400 M requests of real traffic with this formula.
 //
-// AllowN admits n requests all or none. n <= 0 or n > Limit can never be
-// admitted: it is denied with RetryAfter Never, records nothing and counts
-// in Stats.Invalid, not as a rate-limit denial. Penalty mode records denied requests too, so a client
-// that keeps hammering stays blocked until it backs off for a Window.
+// GCRA keeps each key's theoretical arrival time (TAT): with rate Limit per
+// Window (emission interval T = Window/Limit) and Burst b, n requests at t
+// are admitted iff max(TAT, t) + n x T - t <= b x T, and then TAT becomes
+// max(TAT, t) + n x T. A fresh key admits b at once, then one every T; in
+// any interval of length D at most b + D/T are admitted. RetryAfter and
+// ResetAfter (until the bucket is full) are exact to the nanosecond, and
+// Decision.Limit is the bucket b (the most one call can be admitted). T
+// is Window/MaxLimit rounded up to a nanosecond and scaled (see SetLimit),
+// so the rate is never exceeded and is short of it by less than MaxLimit
+// parts in Window ns.
+//
+// AllowN admits n requests all or none. n <= 0 or n > Limit (GCRA: n >
+// Burst) can never be admitted: it is denied with RetryAfter Never,
+// records nothing and counts in Stats.Invalid, not as a rate-limit
+// denial. Penalty mode records denied requests too, so a client that
+// keeps hammering stays blocked until it backs off for a Window (GCRA:
+// for the bucket's time b x T plus T; a denied request pushes the TAT on
+// as if admitted, to at most two buckets ahead of its time).
+//
+// # Limits that change while serving
+//
+// SetLimit (and SetBurst for GCRA) change a running Limiter's numbers
+// without forgetting anything: each decision is made wholly under the old
+// or the new value, and every key keeps its state. Under the new limit a
+// key that had used 4 of 5 has 6 more of 10, not 10. SlidingLog's rings
+// hold Config.MaxLimit entries (fixed at New, default Limit), so the exact
+// log judges any limit up to MaxLimit against the same history; a key
+// above a lowered limit is denied until fewer than the new limit lie in
+// its window, and its RetryAfter says exactly when. SlidingCounter weighs
+// its counts against the new limit. GCRA keeps every key's debt in
+// requests: it runs on a virtual clock that advances at Limit/MaxLimit of
+// real time (MaxLimit, default Limit, fixed at New), so a change of rate
+// changes the clock's speed from that moment on and no key's TAT has to
+// be rewritten. Above MaxLimit, SetLimit returns an error wrapping
+// ErrInvalidLimit and the limit in force stays.
 //
 // # Concurrency
 //
@@ -44,7 +92,7 @@
 // no lock: each key's state is one 64-bit word updated by compare-and-swap
 // (SlidingCounter: package atomiccounter; SlidingLog: the ring's head word,
 // package ring, which explains how no reader ever acts on a claimed but
-// unwritten slot). Any number of goroutines hitting one key at a frozen
+// unwritten slot; GCRA: the key's TAT, package gcra). Any number of goroutines hitting one key at a frozen
 // clock admit exactly Limit, also when the key is new and they race to
 // create it: creation happens under the shard's lock, so one key never has
 // two states. A key's time never goes back: a request that read the clock
@@ -71,10 +119,10 @@
 // of key state stay below Config.MaxMemory (default 256 MiB): New converts
 // it to a key capacity, Config().MaxKeys, such that the most the tables can
 // ever hold (shard.TableBytes for SlidingLog) fits. Per key: SlidingCounter
-// 18 to 26 bytes (a 16-byte slot in a one-level table grown at 7/8 full to
+// and GCRA 18 to 26 bytes (a 16-byte slot in a one-level table grown at 7/8 full to
 // 5/8 full, and shrunk back to 5/8 by the sweep when it finds the table
 // under 5/8), SlidingLog 16 bytes of record, 4 x Limit bytes of ring
-// (rounded up to 8) and 5-10 bytes of index. With defaults that is about
+// (rounded up to 8; MaxLimit where it is above Limit) and 5-10 bytes of index. With defaults that is about
 // 10 M SlidingCounter keys, or 2.9 M SlidingLog keys at Limit 16. New
 // allocates only the shards and their first, smallest tables (Stats.Bytes
 // counts them); key state is allocated as keys arrive, so a MaxMemory of
@@ -82,7 +130,8 @@
 // allocates; creating one may grow its shard's table (an allocation per
 // growth, geometric, so rare).
 //
-// A key whose window holds nothing is idle. The sweep (every SweepInterval)
+// A key whose window holds nothing (GCRA: whose bucket is full, TAT <= now)
+// is idle. The sweep (every SweepInterval)
 // reclaims idle keys, and a new key that finds the bound reached reuses an
 // idle key of its shard on the spot (lazy reuse: it examines up to 64
 // records of the shard, and after a fruitless look its shard does not look
@@ -127,7 +176,8 @@
 //
 // A caller's time is bounded to at most one Window ahead of the clock and
 // a lead behind it: 2^28 ticks of Resolution for SlidingLog (4.5 min at 1
-// µs), 2^20 windows for SlidingCounter (17.5 min at a 1 ms Window). A time
+// µs), 2^20 windows for SlidingCounter and GCRA (17.5 min at a 1 ms
+// Window). A time
 // further ahead counts at clock+Window, one further behind at clock-lead.
 // The bound is what keeps every time the engine packs (32-bit ticks, 24-bit
 // window numbers) readable, it keeps one caller's bad time from touching
@@ -144,7 +194,10 @@
 // key's state back to an older time. This holds for lateness up to 2^30
 // ticks (SlidingLog) or 2^22 windows (SlidingCounter), four times the lead,
 // which only a goroutine descheduled for that long between reading the
-// clock and deciding can exceed.
+// clock and deciding can exceed. GCRA keeps no newest time, only the TAT:
+// a late time counts at its own time, where the bucket is no emptier (TAT
+// - t is larger), so it never admits more than an in-order arrival would,
+// and the TAT never goes back either.
 //
 // An early time (ahead of the clock, within one Window) counts at that time:
 // the key's newest time moves there, and later requests at the clock's
@@ -168,7 +221,8 @@
 // ran, and a key whose newest time is ahead of the sweep's is never idle.
 //
 // The bound on wrap: times are packed as 32-bit ticks (SlidingLog) and
-// 24-bit window numbers (SlidingCounter), so they wrap (2^32 ticks is 71.6
+// 24-bit window numbers (SlidingCounter), so they wrap (GCRA's are 62-bit
+// nanoseconds, 146 years, and never wrap: nothing below applies to it) (2^32 ticks is 71.6
 // min at 1 µs). The Limiter handles it rather than forbidding it: besides
 // the timed sweep, the first decision after the clock passes 2^30 ticks
 // (SlidingLog) or 2^22 windows (SlidingCounter) beyond the last sweep

@@ -123,3 +123,53 @@ func ExampleLimiter_AllowAt() {
 	// true
 	// false
 }
+
+// GCRA, the token bucket: 10 per second with a burst of 3. A fresh key
+// gets 3 at once, then one every 100 ms.
+func Example_gcra() {
+	clk := &stepClock{}
+	l, err := engine.New(engine.Config{Algorithm: engine.GCRA, Limit: 10, Burst: 3, Window: time.Second, Clock: clk})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	for _, ms := range []int64{0, 0, 0, 0, 50, 100, 100, 400} {
+		clk.t = ms * int64(time.Millisecond)
+		d := l.AllowAt("bob", l.Now())
+		fmt.Printf("%3d ms: allowed=%-5v remaining=%d retry=%v\n", ms, d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	//   0 ms: allowed=true  remaining=2 retry=0s
+	//   0 ms: allowed=true  remaining=1 retry=0s
+	//   0 ms: allowed=true  remaining=0 retry=0s
+	//   0 ms: allowed=false remaining=0 retry=100ms
+	//  50 ms: allowed=false remaining=0 retry=50ms
+	// 100 ms: allowed=true  remaining=0 retry=0s
+	// 100 ms: allowed=false remaining=0 retry=100ms
+	// 400 ms: allowed=true  remaining=2 retry=0s
+}
+
+// Raising a limit while serving keeps what each key has used: a client at
+// 4 of 5 gets 6 more under a limit of 10, not 10.
+func ExampleLimiter_SetLimit() {
+	l, err := engine.New(engine.Config{Algorithm: engine.SlidingLog, Limit: 5, MaxLimit: 10, Window: time.Minute, Clock: &stepClock{}})
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	for i := 0; i < 4; i++ {
+		l.Allow("alice")
+	}
+	if err := l.SetLimit(10); err != nil {
+		panic(err)
+	}
+	more := 0
+	for l.Allow("alice") {
+		more++
+	}
+	fmt.Println("more after SetLimit(10):", more)
+	fmt.Println(l.SetLimit(11))
+	// Output:
+	// more after SetLimit(10): 6
+	// engine: SetLimit(11): limit must be in [1, 10] (Config.MaxLimit, fixed at New): engine: invalid limit
+}

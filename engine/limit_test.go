@@ -71,10 +71,13 @@ func TestPerCallLimitBounds(t *testing.T) {
 	for _, a := range algorithms {
 		l := newLimiter(t, Config{Algorithm: a, Limit: 10, Window: time.Second, Clock: &fakeClock{}})
 		bad := [][2]int{{1, 0}, {1, -1}, {3, 2}, {0, 5}}
-		if a == SlidingLog {
-			bad = append(bad, [2]int{1, 11})
-		} else {
+		switch a {
+		case SlidingLog:
+			bad = append(bad, [2]int{1, 11}) // above MaxLimit (= Limit)
+		case SlidingCounter:
 			bad = append(bad, [2]int{1, MaxCounterLimit + 1})
+		case GCRA:
+			bad = append(bad, [2]int{1, MaxGCRALimit + 1})
 		}
 		for _, c := range bad {
 			d := l.AllowNWithLimitAt("k", c[0], c[1], 0)
@@ -97,6 +100,14 @@ func TestPerCallLimitBounds(t *testing.T) {
 		l.AllowNWithLimitAt("u", 4, 4, 0)
 		if d := l.AllowNWithLimitAt("u", 1, 4, 0); d.Allowed {
 			t.Errorf("%v: limit 4 not enforced: %+v", a, d)
+		}
+		if a == GCRA {
+			// GCRA's tiers share the key's debt in time: 4 at limit 4 fill a
+			// bucket of Burst/Limit x Window = 1 s, which is every tier's.
+			if d := l.AllowNWithLimitAt("u", 1, 5, 0); d.Allowed || d.RetryAfter != 200*time.Millisecond {
+				t.Errorf("gcra: limit 5 after 4 at limit 4: %+v, want denied for one interval (200ms)", d)
+			}
+			continue
 		}
 		if d := l.AllowNWithLimitAt("u", 1, 5, 0); !d.Allowed || d.Remaining != 0 {
 			t.Errorf("%v: limit 5 after 4: %+v", a, d)

@@ -10,7 +10,7 @@ import (
 	"github.com/slidelimit/slidelimit/shard"
 )
 
-// Limiter is a per-key sliding-window rate limiter. It is safe for
+// Limiter is a per-key rate limiter (sliding window or GCRA). It is safe for
 // concurrent use by any number of goroutines; see the package doc for its
 // guarantees.
 type Limiter struct {
@@ -205,7 +205,7 @@ func resolution(limit int, window time.Duration) int64 {
 }
 
 // Resolution returns the tick SlidingLog records timestamps in (0 for
-// SlidingCounter, which works in nanoseconds). Requests are exact at this
+// SlidingCounter and GCRA, which work in nanoseconds). Requests are exact at this
 // granularity: timestamps are truncated to it and Window is rounded up to
 // a whole number of ticks.
 func (l *Limiter) Resolution() time.Duration { return time.Duration(l.res) }
@@ -504,6 +504,8 @@ func (l *Limiter) overflow(h uint64, n, limit int) Decision {
 // a seventh of two Windows), and until then it counts against the key
 // bound. A key's newest time is at most one Window ahead of the clock, so
 // either is free for reuse at most about two Windows after the Reset.
+// GCRA marks the key's bucket full in place, at the later of now and its
+// TAT (its word never goes back), and the key is idle from then on.
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) { l.impl.reset(key, l.rel(l.now())) }

@@ -1,0 +1,362 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/slidelimit/slidelimit/atomiccounter"
+	"github.com/slidelimit/slidelimit/gcra"
+	"github.com/slidelimit/slidelimit/shard"
+)
+
+// gcraAlgo is GCRA: one theoretical arrival time per key (package gcra) in
+// the one-level table (shard.Flat).
+//
+// # The virtual clock, which keeps counts across SetLimit
+//
+// A key's TAT is a time, and a debt of d ns means d/Token requests. So that
+// SetLimit keeps every key's debt in requests (not in ns, which a new
+// Token would turn into another count), GCRA runs on a virtual clock u:
+// u advances at limit/MaxLimit of the real clock's speed, and a request
+// always costs Token = ceil(Window/MaxLimit) ns of u. At limit = MaxLimit
+// (the default: MaxLimit = Limit, never changed) u is the real clock
+// plus an offset, one addition; below it, u(t) = u0 + (t-t0) x limit /
+// MaxLimit (a 128-bit multiply and divide). SetLimit starts a new piece
+// at its clock reading c with u0 = u(c) under the old rate, so u is
+// continuous and never goes back, and a key's debt in requests (TAT - u)
+// / Token is the same just before and just after the change.
+//
+// The emission interval is exact to the nanosecond of u: Window/limit
+// real ns per request, up to MaxLimit/Window of relative error from
+// rounding Token up (never faster than the rate).
+//
+// # Reclamation across a change
+//
+// The table frees a key when its TAT <= u(a clock reading), and dates a
+// new key in that record after a later clock reading (see package gcra:
+// then no word repeats). Both readings are turned into u under the
+// shard's lock, with the rate loaded under it, and SetLimit publishes a
+// new rate while holding every shard's lock, at a clock reading taken
+// under them all: so a free and a later insert in one shard either use
+// one rate, or the free used the old rate at a reading before c and the
+// insert the new one after c, and u is monotone across c. The new key's
+// first TAT is above every word the old key had.
+type gcraAlgo struct {
+	l       *Limiter
+	flat    *shard.Flat
+	rate    atomic.Pointer[gcraRate]
+	penalty bool
+	token   int64 // ns of u per request: ceil(Window/MaxLimit)
+	max     int64 // MaxLimit
+}
+
+// gcraRate is the limit and burst in force, and the virtual clock's piece
+// from t0 on. Immutable: SetLimit and SetBurst publish a new one.
+type gcraRate struct {
+	limit, burst int
+	follows      bool  // the burst follows the limit (Config.Burst 0, no SetBurst)
+	full         bool  // limit == MaxLimit: u(t) = t + off
+	off          int64 // u0 - t0
+	t0, u0       int64
+	rule         gcra.Rule // Token, burst x Token
+}
+
+// gcraMaxDepth is the deepest bucket (burst x Token), in ns of u.
+const gcraMaxDepth = gcra.MaxDepth
+
+// gcraMaxTime bounds the times GCRA computes with (package gcra).
+const gcraMaxTime = gcra.MaxTime / 2
+
+// gcraToken is the cost of a request in ns of u: Window/MaxLimit rounded up.
+func gcraToken(window time.Duration, maxLimit int) int64 {
+	return (int64(window) + int64(maxLimit) - 1) / int64(maxLimit)
+}
+
+func buildGCRA(l *Limiter) error {
+	c := l.cfg
+	a := &gcraAlgo{l: l, penalty: c.Penalty, token: gcraToken(c.Window, c.MaxLimit), max: int64(c.MaxLimit)}
+	burst, follows := c.Burst, c.Burst == 0
+	if follows {
+		burst = c.Limit
+	}
+	a.rate.Store(a.newRate(c.Limit, burst, follows, 0, 0))
+	// GCRA's times are 62-bit ns and never wrap: no guard sweep is needed
+	// (a span no clock reaches). Callers' times get the counter's lead.
+	l.setBounds(math.MaxInt64, satMul(atomiccounter.LateWindows/4, l.window))
+	f, err := l.newFlat(gcra.Free, gcra.Moved, a.idle)
+	if err != nil {
+		return err
+	}
+	a.flat = f
+	l.impl = a
+	return nil
+}
+
+func (a *gcraAlgo) newRate(limit, burst int, follows bool, t0, u0 int64) *gcraRate {
+	return &gcraRate{limit: limit, burst: burst, follows: follows, full: int64(limit) == a.max,
+		off: u0 - t0, t0: t0, u0: u0, rule: gcra.Rule{Token: a.token, Depth: int64(burst) * a.token}}
+}
+
+// u is the virtual clock at real time t (ns since the epoch).
+func (r *gcraRate) u(t int64, top int64) int64 {
+	t = min(t, gcraMaxTime)
+	if r.full {
+		return min(gcraMaxTime, t+r.off)
+	}
+	if t >= r.t0 {
+		return min(gcraMaxTime, r.u0+gcra.MulDiv(t-r.t0, int64(r.limit), top, false))
+	}
+	return max(0, r.u0-gcra.MulDiv(r.t0-t, int64(r.limit), top, true)) // a time before the piece
+}
+
+// real is the earliest real time at which the virtual clock reads u or
+// more (saturating).
+func (r *gcraRate) real(u int64, top int64) int64 {
+	if r.full {
+		return u - r.off
+	}
+	if u >= r.u0 {
+		return satAdd(r.t0, gcra.MulDiv(u-r.u0, top, int64(r.limit), true))
+	}
+	return r.t0 - gcra.MulDiv(r.u0-u, top, int64(r.limit), false)
+}
+
+// callRule is the rule of a call with its own limit (AllowNWithLimit): a
+// rate of limit per Window, which in u costs Token x current/limit per
+// request, and a bucket of limit x burst/current requests (at least 1).
+func (a *gcraAlgo) callRule(r *gcraRate, limit int) (gcra.Rule, int) {
+	if limit == r.limit {
+		return r.rule, r.burst
+	}
+	tok := max(1, gcra.MulDiv(a.token, int64(r.limit), int64(limit), true))
+	burst := max(1, int(gcra.MulDiv(int64(limit), int64(r.burst), int64(r.limit), false)))
+	return gcra.Rule{Token: tok, Depth: min(satMul(int64(burst), tok), gcraMaxDepth)}, burst
+}
+
+func (a *gcraAlgo) allow(key string, rel int64) bool { return a.allowHash(a.flat.Hash(key), rel) }
+
+// allowHash is counterAlgo.allowHash for GCRA.
+func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
+	r := a.rate.Load()
+	if _, rec := a.flat.Lookup(h); rec != nil {
+		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel, a.max), 1, r.rule, a.penalty)
+		if st != gcra.Stale {
+			ok := st == gcra.Allowed
+			a.l.stats.count(ok)
+			return ok
+		}
+	}
+	return a.decide(h, 1, r, r.rule, r.burst, rel, false).Allowed
+}
+
+func (a *gcraAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
+	var hs [manyGroup]uint64
+	for len(keys) > 0 {
+		g := keys[:min(len(keys), manyGroup)]
+		keys = keys[len(g):]
+		a.l.guardCheck(rel)
+		for i, k := range g {
+			hs[i] = a.flat.Hash(k)
+			a.flat.Touch(hs[i])
+		}
+		for i := range g {
+			dst = append(dst, a.allowHash(hs[i], rel))
+		}
+	}
+	return dst
+}
+
+func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) Decision {
+	r := a.rate.Load()
+	rule, burst := r.rule, r.burst
+	if perCall {
+		if limit <= 0 || limit > MaxGCRALimit {
+			return a.l.never(limit)
+		}
+		rule, burst = a.callRule(r, limit)
+	}
+	if n <= 0 || n > burst {
+		return a.l.never(burst)
+	}
+	return a.decide(a.flat.Hash(key), n, r, rule, burst, rel, true)
+}
+
+// decide is take for a valid n under rule (a bucket of burst requests),
+// and the key's hash h. Decision.Limit is the bucket: the most requests
+// one call can have admitted.
+func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, rule gcra.Rule, burst int, rel int64, detail bool) Decision {
+	u := r.u(rel, a.max)
+	for {
+		s, rec := a.flat.Lookup(h)
+		if rec != nil {
+			st, snap := gcra.Take(&rec.State, &rec.Hash, h, u, int64(n), rule, a.penalty)
+			if st != gcra.Stale {
+				ok := st == gcra.Allowed
+				a.l.stats.count(ok)
+				d := Decision{Allowed: ok, Limit: burst}
+				if detail {
+					a.describe(&d, snap, n, rule, r, rel)
+				}
+				return d
+			}
+		}
+		// Not found, or freed or moved under us: the slow path.
+		if d, done := a.insert(s, h, n, rule, burst, rel); done {
+			return d
+		}
+	}
+}
+
+// describe fills the figures of d from a decision's snapshot: RetryAfter
+// is exact (the first real time at which u reaches the time n more are
+// admitted, with no other traffic), ResetAfter is until the bucket is
+// full again.
+func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, rule gcra.Rule, r *gcraRate, rel int64) {
+	rem, retryAt, fullAt := gcra.Describe(snap, int64(n), rule)
+	d.Remaining = int(rem)
+	d.ResetAfter = time.Duration(max(0, r.real(fullAt, a.max)-rel))
+	if !d.Allowed {
+		d.RetryAfter = time.Duration(max(0, r.real(retryAt, a.max)-rel))
+	}
+}
+
+// insert creates the key's state under the shard lock, unless it exists
+// (then done is false and the caller retries the lock-free path). n fits
+// the bucket, so the first n requests of a new key are admitted.
+func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, rule gcra.Rule, burst int, rel int64) (Decision, bool) {
+	t := a.flat
+	s.Lock()
+	if t.Find(s, h) != nil {
+		s.Unlock()
+		return Decision{}, false
+	}
+	clk, due := a.l.insertClock()
+	if due {
+		s.Unlock()
+		a.l.catchUp(clk) // see insertClock
+		return Decision{}, false
+	}
+	rec, readyAt, ok := t.Claim(s, h, clk)
+	if !ok {
+		s.Unlock()
+		return a.l.overflow(h, n, burst), true
+	}
+	// The rate is loaded under the lock (see "Reclamation across a
+	// change"), and the key dated no earlier than its record's previous
+	// owner was freed nor than the clock (see logAlgo.insert).
+	r := a.rate.Load()
+	at := max(rel, readyAt, clk)
+	u := r.u(at, a.max)
+	t.Publish(s, rec, h, gcra.First(u, int64(n), rule))
+	s.Unlock()
+	a.l.stats.inserts.Add(1)
+	a.l.stats.count(true)
+	d := Decision{Allowed: true, Limit: burst}
+	a.describe(&d, gcra.Snapshot{At: u, Base: u, After: u + int64(n)*rule.Token}, n, rule, r, rel)
+	return d, true
+}
+
+// idle is the table's idle test (see package shard): the bucket is full
+// at u(rel). Under the shard's lock: the rate is loaded here.
+func (a *gcraAlgo) idle(w uint64, rel int64) (bool, int64) {
+	r := a.rate.Load()
+	if gcra.Idle(w, r.u(rel, a.max)) {
+		return true, rel
+	}
+	return false, max(rel, r.real(gcra.ReadyAt(w), a.max))
+}
+
+func (a *gcraAlgo) peek(key string, rel int64) Decision {
+	h := a.flat.Hash(key)
+	r := a.rate.Load()
+	u := r.u(rel, a.max)
+	for {
+		s, rec := a.flat.Lookup(h)
+		if rec == nil {
+			s.Lock()
+			found := a.flat.Find(s, h) != nil
+			s.Unlock()
+			if found {
+				continue
+			}
+			return Decision{Allowed: true, Limit: r.burst, Remaining: r.burst}
+		}
+		st, snap := gcra.Peek(&rec.State, &rec.Hash, h, u, r.rule)
+		if st == gcra.Stale {
+			s.Lock() // a sweep or a rebuild is removing or moving the record: wait for it
+			s.Unlock()
+			continue
+		}
+		d := Decision{Allowed: st == gcra.Allowed, Limit: r.burst}
+		a.describe(&d, snap, 1, r.rule, r, rel)
+		return d
+	}
+}
+
+// reset marks the key's bucket full, at the later of now and its TAT, so
+// the word still only grows (package gcra).
+func (a *gcraAlgo) reset(key string, rel int64) {
+	h := a.flat.Hash(key)
+	u := a.rate.Load().u(rel, a.max)
+	resetFlat(a.flat, h, func(w uint64) (uint64, bool) {
+		if !gcra.Live(w) {
+			return 0, false
+		}
+		return gcra.Emptied(w, u), true
+	})
+}
+
+func (a *gcraAlgo) sweep(at int64, total bool) int { return a.flat.Sweep(at, total) }
+func (a *gcraAlgo) keys() int                      { return flatLen(a.flat) }
+func (a *gcraAlgo) bytes() int64                   { return a.flat.Bytes() }
+func (a *gcraAlgo) reclaimed() uint64              { return a.flat.Reclaimed() }
+
+func (a *gcraAlgo) limits() (int, int) {
+	r := a.rate.Load()
+	return r.limit, r.burst
+}
+
+// setLimit starts a new piece of the virtual clock at a clock reading
+// taken while every shard's lock is held (see "Reclamation across a
+// change"). Under the Limiter's setMu.
+func (a *gcraAlgo) setLimit(limit int) error {
+	return a.publish(func(old *gcraRate) (int, int, bool, error) {
+		burst := old.burst
+		if old.follows {
+			burst = limit
+		}
+		return limit, burst, old.follows, nil
+	})
+}
+
+func (a *gcraAlgo) setBurst(burst int) error {
+	if burst < 1 || burst > MaxGCRALimit {
+		return fmt.Errorf("engine: SetBurst(%d): burst must be in [1, %d]: %w", burst, MaxGCRALimit, ErrInvalidLimit)
+	}
+	if d := satMul(int64(burst), a.token); d > gcraMaxDepth {
+		return fmt.Errorf("engine: SetBurst(%d): a bucket of %v exceeds GCRA's maximum %v: %w", burst, time.Duration(d), time.Duration(gcraMaxDepth), ErrInvalidLimit)
+	}
+	return a.publish(func(old *gcraRate) (int, int, bool, error) { return old.limit, burst, false, nil })
+}
+
+// publish replaces the rate under every shard's lock.
+func (a *gcraAlgo) publish(next func(old *gcraRate) (limit, burst int, follows bool, err error)) error {
+	for i := 0; i < a.flat.Shards(); i++ {
+		a.flat.ShardAt(i).Lock()
+	}
+	defer func() {
+		for i := 0; i < a.flat.Shards(); i++ {
+			a.flat.ShardAt(i).Unlock()
+		}
+	}()
+	old := a.rate.Load()
+	limit, burst, follows, err := next(old)
+	if err != nil {
+		return err
+	}
+	c := a.l.relNow()
+	a.rate.Store(a.newRate(limit, burst, follows, c, old.u(c, a.max)))
+	return nil
+}

@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// gcraModel is the reference GCRA: the definition, sequentially, with the
+// virtual clock of package engine's gcra.go written out (u advances at
+// limit/MaxLimit of real time from the last SetLimit on) and the inverse
+// of u found by search rather than by formula.
+type gcraModel struct {
+	window, max  int64
+	limit, burst int
+	follows      bool
+	penalty      bool
+	t0, u0       int64
+	keys         map[string]*gcraKey
+	token        int64
+}
+
+type gcraKey struct {
+	at    int64
+	reset bool
+}
+
+func newGCRAModel(limit, burst, maxLimit int, window time.Duration, penalty bool) *gcraModel {
+	m := &gcraModel{window: int64(window), max: int64(maxLimit), limit: limit, burst: burst, follows: burst == 0, penalty: penalty, keys: map[string]*gcraKey{}}
+	if m.follows {
+		m.burst = limit
+	}
+	m.token = (m.window + m.max - 1) / m.max
+	return m
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// u is the virtual clock at real time t (small numbers in these tests:
+// no overflow in int64).
+func (m *gcraModel) u(t int64) int64 {
+	return max(0, m.u0+floorDiv((t-m.t0)*int64(m.limit), m.max))
+}
+
+// realAt is the first real time at which u reaches v (by search).
+func (m *gcraModel) realAt(v int64) int64 {
+	lo, hi := int64(-1)<<40, int64(1)<<50
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if m.u(mid) >= v {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
+}
+
+func (m *gcraModel) setLimit(limit int, now int64) {
+	m.u0, m.t0 = m.u(now), now
+	m.limit = limit
+	if m.follows {
+		m.burst = limit
+	}
+}
+
+func (m *gcraModel) setBurst(burst int, now int64) {
+	m.u0, m.t0 = m.u(now), now
+	m.burst, m.follows = burst, false
+}
+
+// rule returns the cost and depth of a call with limit (0: the limit in
+// force), and its bucket in requests.
+func (m *gcraModel) rule(limit int) (tok, depth int64, burst int) {
+	if limit == 0 || limit == m.limit {
+		return m.token, int64(m.burst) * m.token, m.burst
+	}
+	tok = max(1, (m.token*int64(m.limit)+int64(limit)-1)/int64(limit))
+	burst = max(1, limit*m.burst/m.limit)
+	return tok, int64(burst) * tok, burst
+}
+
+// allow decides n at real time t (rel ns); clock is the clock's reading
+// (a new key counts at the later of t and the clock).
+func (m *gcraModel) allow(key string, n, limit int, t, clock int64) Decision {
+	tok, depth, burst := m.rule(limit)
+	if limit < 0 || n <= 0 || n > burst {
+		return Decision{Limit: burst, RetryAfter: Never}
+	}
+	k, ok := m.keys[key]
+	u := m.u(t)
+	if !ok {
+		// A new key counts at the later of t and the clock; its figures
+		// are still measured from t, the request's own time.
+		u = m.u(max(t, clock))
+		k = &gcraKey{at: u}
+		m.keys[key] = k
+	}
+	eff, base := u, max(k.at, u)
+	if k.reset {
+		eff = max(k.at, u)
+		base = eff
+	}
+	next := base + int64(n)*tok
+	d := Decision{Allowed: next-eff <= depth, Limit: burst}
+	after := base
+	switch {
+	case d.Allowed:
+		after = next
+	case m.penalty:
+		next = min(next, eff+2*depth)
+		if k.reset || next > k.at {
+			after = next
+		}
+	}
+	if after != base || d.Allowed || (m.penalty && k.reset) {
+		k.at, k.reset = after, false
+	}
+	if debt := after - eff; debt < depth {
+		d.Remaining = int((depth - debt) / tok)
+	}
+	d.ResetAfter = time.Duration(max(0, m.realAt(after)-t))
+	if !d.Allowed {
+		d.RetryAfter = time.Duration(max(0, m.realAt(after+int64(n)*tok-depth)-t))
+	}
+	return d
+}
+
+func (m *gcraModel) peek(key string, t int64) Decision {
+	tok, depth, burst := m.rule(0)
+	k, ok := m.keys[key]
+	if !ok {
+		return Decision{Allowed: true, Limit: burst, Remaining: burst}
+	}
+	u := m.u(t)
+	eff, base := u, max(k.at, u)
+	if k.reset {
+		eff = max(k.at, u)
+		base = eff
+	}
+	d := Decision{Allowed: base+tok-eff <= depth, Limit: burst}
+	if debt := base - eff; debt < depth {
+		d.Remaining = int((depth - debt) / tok)
+	}
+	d.ResetAfter = time.Duration(max(0, m.realAt(base)-t))
+	if !d.Allowed {
+		d.RetryAfter = time.Duration(max(0, m.realAt(base+tok-depth)-t))
+	}
+	return d
+}
+
+func (m *gcraModel) reset(key string, now int64) {
+	if k, ok := m.keys[key]; ok {
+		k.at, k.reset = max(k.at, m.u(now)), true
+	}
+}
+
+// Randomized traces against the model, every Decision field compared:
+// bursts, per-call limits, Peek, Reset, SetLimit and SetBurst, callers'
+// times behind and ahead of the clock, with a frozen clock and a moving
+// one, with and without penalty.
+func TestGCRAMatchesModel(t *testing.T) {
+	for _, moving := range []bool{false, true} {
+		for _, pen := range []bool{false, true} {
+			for seed := uint64(1); seed <= 12; seed++ {
+				name := fmt.Sprintf("moving=%v/penalty=%v/seed=%d", moving, pen, seed)
+				t.Run(name, func(t *testing.T) { runGCRAModel(t, seed, moving, pen) })
+			}
+		}
+	}
+}
+
+func runGCRAModel(t *testing.T, seed uint64, moving, penalty bool) {
+	rng := rand.New(rand.NewPCG(seed, 22))
+	window := time.Duration(1+rng.IntN(1000)) * time.Millisecond
+	limit := 1 + rng.IntN(12)
+	maxLimit := limit + rng.IntN(3)*rng.IntN(10)
+	burst := 0
+	if rng.IntN(2) == 0 {
+		burst = 1 + rng.IntN(20)
+	}
+	clk := &fakeClock{}
+	clk.t.Store(int64(time.Hour))
+	l := newLimiter(t, Config{Algorithm: GCRA, Limit: limit, MaxLimit: maxLimit, Burst: burst, Window: window,
+		Penalty: penalty, Clock: clk, SweepInterval: MaxWindow})
+	m := newGCRAModel(limit, burst, maxLimit, window, penalty)
+	epoch := clk.Now()
+	keys := []string{"a", "b", "c", "d"}
+	for step := 0; step < 3000; step++ {
+		if moving {
+			clk.t.Add(rng.Int64N(int64(window) / 3))
+		}
+		now := clk.Now() - epoch
+		at := now
+		switch rng.IntN(4) {
+		case 0:
+			at = max(0, now-rng.Int64N(int64(window))) // late
+		case 1:
+			at = now + rng.Int64N(int64(window)+1) // early, at most one Window
+		}
+		key := keys[rng.IntN(len(keys))]
+		var got, want Decision
+		op := rng.IntN(20)
+		switch {
+		case op < 12:
+			n := 1 + rng.IntN(3)
+			if rng.IntN(30) == 0 {
+				n = 40 // above any bucket: Never
+			}
+			got, want = l.AllowNAt(key, n, Time(at+epoch)), m.allow(key, n, 0, at, now)
+		case op < 15:
+			lim, n := 1+rng.IntN(15), 1+rng.IntN(2)
+			got, want = l.AllowNWithLimitAt(key, n, lim, Time(at+epoch)), m.allow(key, n, lim, at, now)
+		case op < 17:
+			got, want = l.PeekAt(key, Time(at+epoch)), m.peek(key, at)
+		case op == 17:
+			l.Reset(key)
+			m.reset(key, now)
+			continue
+		case op == 18:
+			lim := 1 + rng.IntN(maxLimit)
+			if err := l.SetLimit(lim); err != nil {
+				t.Fatal(err)
+			}
+			m.setLimit(lim, now)
+			continue
+		default:
+			if rng.IntN(4) != 0 {
+				continue
+			}
+			b := 1 + rng.IntN(15)
+			if err := l.SetBurst(b); err != nil {
+				t.Fatal(err)
+			}
+			m.setBurst(b, now)
+			continue
+		}
+		if got != want {
+			t.Fatalf("step %d (op %d, key %s, at %d, clock %d): engine %+v, model %+v", step, op, key, at, now, got, want)
+		}
+	}
+}
