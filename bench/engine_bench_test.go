@@ -14,7 +14,9 @@ import (
 var big = flag.Bool("bench.big", os.Getenv("SLIDELIMIT_BENCH_BIG") != "",
 	"also run the 10M-key scenarios (about 2 GB of memory; default from SLIDELIMIT_BENCH_BIG)")
 
-var algos = []engine.Algorithm{engine.SlidingCounter, engine.SlidingLog}
+// algos is every engine algorithm (engine.Algorithms: log, counter, gcra),
+// so a new one joins every scenario of the suite.
+var algos = engine.Algorithms()
 
 // sizes are the existing-key populations: 1M not under -short (the CI
 // smoke run, whose code paths 100k already covers), 10M only when asked for.

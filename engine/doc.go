@@ -99,8 +99,8 @@
 // before a concurrent one and loses the race counts at the later time. (Two
 // short waits: a SlidingLog request that finds its key's ring being reset
 // in place by another yields until those Limit stores are done, and a
-// SlidingCounter request that finds its key being moved by a table rebuild
-// waits for the shard's lock.)
+// SlidingCounter or GCRA request that finds its key being moved by a table
+// rebuild waits for the shard's lock.)
 //
 // # Keys and their identity
 //

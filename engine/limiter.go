@@ -382,8 +382,9 @@ func (l *Limiter) Allow(key string) bool {
 }
 
 // AllowN admits n requests for key now, all or none, and returns the full
-// Decision. n <= 0 or n > Limit can never be admitted: it is denied with
-// RetryAfter Never, records nothing and counts in Stats.Invalid.
+// Decision. n <= 0 or n > Limit (GCRA: n > Burst) can never be
+// admitted: it is denied with RetryAfter Never, records nothing and counts
+// in Stats.Invalid.
 func (l *Limiter) AllowN(key string, n int) Decision {
 	return l.take(key, n, 0, false, l.rel(l.now()))
 }

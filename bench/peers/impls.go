@@ -57,6 +57,7 @@ func Impls() []Impl {
 	return []Impl{
 		{"slidelimit-counter", "sliding window counter (approximate)", "github.com/slidelimit/slidelimit", true, newEngine(engine.SlidingCounter)},
 		{"slidelimit-log", "sliding window log (exact)", "github.com/slidelimit/slidelimit", true, newEngine(engine.SlidingLog)},
+		{"slidelimit-gcra", "GCRA (token bucket, burst = Limit)", "github.com/slidelimit/slidelimit", true, newEngine(engine.GCRA)},
 		{"xrate-mutexmap", "token bucket (x/time/rate) in a map behind a sync.Mutex", "golang.org/x/time", false, newXRateMutex},
 		{"xrate-syncmap", "token bucket (x/time/rate) in a sync.Map", "golang.org/x/time", false, newXRateSyncMap},
 		{"httprate-counter", "sliding window counter (httprate LocalCounter, OnLimit's logic without HTTP)", "github.com/go-chi/httprate", false, newHTTPRate},
