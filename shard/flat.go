@@ -13,8 +13,8 @@ import (
 // Flat is the one-level key table: a key's record (its state word beside
 // its hash) lives in the slot that the key's hash probes to, so a decision
 // on an existing key reads one cache line of the table and CASes a word in
-// it. SlidingCounter keeps its whole state in that word; see Table for the
-// two-level layout SlidingLog needs for its rings.
+// it. SlidingCounter and GCRA keep their whole state in that word; see
+// Table for the two-level layout SlidingLog needs for its rings.
 //
 // # Slots and probing
 //

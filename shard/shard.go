@@ -1,8 +1,9 @@
 // Package shard holds the key tables: a key is hashed under a per-table
 // random seed, the hash picks one of a power-of-two number of shards, and
 // each shard maps the hash to a record: a state word beside the key's hash.
-// There are two tables. Flat (SlidingCounter) keeps the record in the slot
-// the hash probes to, so a decision reads one cache line; see its doc.
+// There are two tables. Flat (SlidingCounter, GCRA) keeps the record in
+// the slot the hash probes to, so a decision reads one cache line; see its
+// doc.
 // Table (SlidingLog) keeps a small index of 4-byte entries that point to
 // records in slabs, each record followed by its ring of Limit ticks, which
 // would make a one-level table's empty slots too costly. Both follow one
