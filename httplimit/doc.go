@@ -37,11 +37,15 @@
 //   - A rule cannot be stepped around by spelling: methods are matched
 //     ignoring case (a GET rule also takes HEAD), and paths in the form
 //     an upstream may route them by, ignoring case, ";params",
-//     backslashes, dot segments, a format suffix, percent-escapes
-//     (decoded until none is left), trailing dots and whitespace of a
-//     segment and everything after a NUL ("/LOGIN", "/login;jsessionid=1",
-//     "/login.json", "/x/..;/login", "/login%20", "/login..",
-//     "/%256cogin" and "/login%00x" all fall under "/login"). A request
+//     backslashes, dot segments, a format suffix (from any dot of the
+//     last segment on), percent-escapes (decoded until none is left),
+//     trailing dots and whitespace (Unicode's too) of a segment,
+//     zero-width and other format characters, fullwidth and overlong
+//     UTF-8 forms of ASCII, and everything after a NUL, "?" or "#" once
+//     decoded ("/LOGIN", "/login;jsessionid=1", "/login.json",
+//     "/login.x.y", "/x/..;/login", "/login%20", "/login..", "/%256cogin",
+//     "/login%00x", "/login%3fx", "/login%c2%a0", "/%e2%80%8blogin",
+//     "/ｌｏｇｉｎ" and "/login%c0%ae" all fall under "/login"). A request
 //     whose X-Original-URL or X-Rewrite-URL path (headers IIS, Symfony and
 //     Laminas route by) falls under a rule counts against it too.
 //     Matching broadly can only limit more.

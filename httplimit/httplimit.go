@@ -49,10 +49,13 @@ type Rule struct {
 	// are matched in the spelling-insensitive form an upstream may route
 	// them by: ignoring case, ";params", with backslashes as slashes,
 	// cleaned, and with or without a format suffix on the last segment
-	// ("/login" matches "/LOGIN", "/login;jsessionid=1", "/login.json",
-	// "/x/..;/login"), with escapes decoded until none is left, cut at a
-	// NUL, and without trailing dots and whitespace on a segment
-	// ("/%256cogin", "/login%20", "/login..", "/login%00" too). A request
+	// (cut at any of its dots: "/login" matches "/LOGIN",
+	// "/login;jsessionid=1", "/login.json", "/login.x.y", "/x/..;/login"),
+	// with escapes decoded until none is left, cut at a NUL, "?" or "#",
+	// without trailing dots and whitespace (Unicode's too) on a segment,
+	// without zero-width characters, and with fullwidth and overlong
+	// UTF-8 forms of ASCII read as ASCII ("/%256cogin", "/login%20",
+	// "/login..", "/login%00", "/login%3fx", "/%e2%80%8blogin" too). A request
 	// whose X-Original-URL or X-Rewrite-URL path (headers some servers
 	// route by instead of the request line) matches also matches. A rule
 	// therefore limits every spelling that some server routes to its

@@ -30,11 +30,26 @@ import (
 //     and older Spring strip them ("/login.", "/login%20", "/login%09",
 //     "/login..", "/login%20.json" are "/login"); a segment that is "."
 //     or ".." once its trailing whitespace is gone stays a dot segment;
-//   - NUL: C-string handling anywhere behind the gateway ends the path at
-//     the first NUL ("/login%00.php" is "/login");
+//   - NUL, "?" and "#" once decoded: C-string handling anywhere behind
+//     the gateway ends the path at the first NUL ("/login%00.php" is
+//     "/login"), and a component that decodes again reads "%3f" and
+//     "%23" as the start of the query or fragment ("/login%3fx" is
+//     "/login?x"), so the path is cut at the first of them;
+//   - Unicode spellings: whitespace (unicode.IsSpace: "/login%c2%a0"
+//     ends in a no-break space) counts as a space, so a segment loses it
+//     at its end like ASCII whitespace; format characters (unicode.Cf:
+//     zero-width space, byte-order mark, soft hyphen) are dropped
+//     wherever they are; fullwidth forms of ASCII (U+FF01 to U+FF5E,
+//     "/ｌｏｇｉｎ") are read as the ASCII they stand for, as servers with
+//     Windows best-fit mappings read them; overlong two-byte UTF-8
+//     ("%c0%af" for "/", "%c0%ae" for ".") is read as the ASCII it
+//     encodes, as old decoders did; any other invalid byte becomes
+//     U+FFFD;
 //   - dot segments and doubled slashes (path.Clean);
 //   - a format suffix on the last segment: Rails routes "/login.json" to
-//     the /login action (matchPath tries the path with and without it);
+//     the /login action, and Spring's suffix patterns route "/login.x.y"
+//     to "/login.*" (matchPath tries the path as it is and cut at each
+//     dot of its last segment);
 //   - a path override: IIS's URL Rewrite, Symfony and Laminas route by
 //     X-Original-URL or X-Rewrite-URL instead of the request line, so the
 //     path in those headers is matched too (see pathOverrideHeaders).
@@ -43,31 +58,81 @@ import (
 // server reads the same is ever exempt.
 
 // routePath returns p in the canonical form rule prefixes are compared in:
-// escapes decoded until none is left, cut at a NUL, letters folded (see
-// above), backslashes as slashes, ";params" dropped from each segment and
-// trailing dots and whitespace from each segment that is no dot segment,
-// cleaned. It allocates only when p is not already canonical (see
-// isRoutePath: in practice an ASCII path in lower case, clean, without
-// ";", "\\", "%", spaces, control characters or a segment ending in ".").
+// escapes decoded until none is left, cut at a NUL, "?" or "#", letters
+// and Unicode spellings folded (see above), backslashes as slashes,
+// ";params" dropped from each segment and trailing dots and whitespace
+// from each segment that is no dot segment, cleaned. It allocates only
+// when p is not already canonical (see isRoutePath: in practice an ASCII
+// path in lower case, clean, without ";", "\\", "%", "?", "#", spaces,
+// control characters or a segment ending in ".").
+//
+// A fold can make a new spelling to fold (a dropped zero-width character
+// between "%" and "41" leaves an escape), so folding repeats until
+// nothing changes; each round but the first shortens the path or leaves
+// it as it is, and four rounds are far more than any input needs (the
+// last round's result is returned if one ever does not settle).
 func routePath(p string) string {
 	if p == "" {
 		return "/"
 	}
-	if isRoutePath(p) {
-		return p
+	for range 4 {
+		if isRoutePath(p) {
+			return p
+		}
+		q := foldPath(p)
+		if q == p {
+			return q
+		}
+		p = q
 	}
+	return p
+}
+
+// foldPath is one round of routePath's folding.
+func foldPath(p string) string {
 	if strings.IndexByte(p, '%') >= 0 {
 		p = unescapeAll(p)
-	}
-	if i := strings.IndexByte(p, 0); i >= 0 {
-		p = p[:i]
 	}
 	b := make([]byte, 0, len(p)+1)
 	inParams := false
 	segStart := 0 // index in b of the current segment's first byte
+scan:
 	for i := 0; i < len(p); {
-		c := p[i]
+		c, size := p[i], 1
+		if c >= utf8.RuneSelf {
+			r, n := utf8.DecodeRuneInString(p[i:])
+			size = n
+			switch {
+			case r == utf8.RuneError && n == 1:
+				if a, ok := overlongASCII(p[i:]); ok {
+					c, size = a, 2 // read as the ASCII it encodes, below
+					break
+				}
+				if !inParams {
+					b = utf8.AppendRune(b, utf8.RuneError)
+				}
+				i++
+				continue
+			case unicode.Is(unicode.Cf, r):
+				i += n // zero-width and other format characters: dropped
+				continue
+			case 0xFF01 <= r && r <= 0xFF5E && r != 0xFF05:
+				// Fullwidth ASCII, read as ASCII below; not "％", which
+				// would make an escape after the decoding above.
+				c = byte(r - 0xFEE0)
+			case unicode.IsSpace(r):
+				c = ' '
+			default:
+				if !inParams {
+					b = utf8.AppendRune(b, unicode.ToLower(unicode.ToUpper(r)))
+				}
+				i += n
+				continue
+			}
+		}
 		switch {
+		case c == 0 || c == '?' || c == '#':
+			break scan
 		case c == '/' || c == '\\':
 			b = trimSegment(b, segStart)
 			b = append(b, '/')
@@ -78,19 +143,10 @@ func routePath(p string) string {
 			inParams = true
 		case 'A' <= c && c <= 'Z':
 			b = append(b, c+('a'-'A'))
-		case c >= utf8.RuneSelf:
-			r, size := utf8.DecodeRuneInString(p[i:])
-			if r == utf8.RuneError && size == 1 {
-				b = append(b, c) // not UTF-8: kept as is
-			} else {
-				b = utf8.AppendRune(b, unicode.ToLower(unicode.ToUpper(r)))
-			}
-			i += size
-			continue
 		default:
 			b = append(b, c)
 		}
-		i++
+		i += size
 	}
 	b = trimSegment(b, segStart)
 	s := string(b)
@@ -98,6 +154,18 @@ func routePath(p string) string {
 		s = "/" + s
 	}
 	return path.Clean(s)
+}
+
+// overlongASCII decodes an overlong two-byte UTF-8 form of an ASCII
+// character at the start of s (0xC0 or 0xC1, then a continuation byte:
+// "\xc0\xaf" is "/"), which old decoders (IIS's, notably) accepted. "%"
+// is not decoded: it would make an escape after routePath's decoding.
+func overlongASCII(s string) (byte, bool) {
+	if len(s) < 2 || s[0]&^1 != 0xC0 || s[1]&0xC0 != 0x80 {
+		return 0, false
+	}
+	c := s[0]&1<<6 | s[1]&0x3F
+	return c, c != '%'
 }
 
 // trimSegment strips the trailing whitespace of the segment b[start:],
@@ -175,7 +243,7 @@ func unhex(c byte) byte {
 
 // isRoutePath reports whether routePath(p) == p without building it: p
 // starts with "/", has only printable ASCII other than upper-case letters,
-// "\\", ";" and "%" (so no space or control character either), no empty
+// "\\", ";", "%", "?" and "#" (so no space or control character either), no empty
 // segment, dot segment, segment ending in "." or trailing slash (except
 // "/" itself). It may say false for a canonical path (non-ASCII, or with
 // a space inside a segment or a lone "%"); routePath then rebuilds it,
@@ -191,7 +259,7 @@ func isRoutePath(p string) bool {
 	for i := 1; i <= len(p); i++ {
 		if i < len(p) {
 			c := p[i]
-			if c <= ' ' || c >= 0x7f || c == '\\' || c == ';' || c == '%' || 'A' <= c && c <= 'Z' {
+			if c <= ' ' || c >= 0x7f || c == '\\' || c == ';' || c == '%' || c == '?' || c == '#' || 'A' <= c && c <= 'Z' {
 				return false
 			}
 			if c != '/' {
@@ -207,39 +275,69 @@ func isRoutePath(p string) bool {
 }
 
 // withoutFormat returns p (canonical) without the format suffix of its
-// last segment ("/login.json" -> "/login"), and whether it had one. The
-// stem loses its trailing dots and whitespace, as any segment does
-// ("/login%20.json" -> "/login"). A leading dot ("/.well-known") is a
-// name, not a suffix, and the result is always canonical.
+// last segment, from the segment's first dot on ("/login.json" and
+// "/login.x.y" -> "/login"), and whether it had one: the stem a request
+// is counted under by RouteIP, so that no suffix buys a new key. A
+// segment's leading dots are its name, not a suffix ("/.well-known"),
+// and the result is always canonical.
 func withoutFormat(p string) (string, bool) {
 	slash := strings.LastIndexByte(p, '/')
-	dot := strings.LastIndexByte(p, '.')
-	if dot <= slash+1 {
+	i := slash + 1
+	for i < len(p) && p[i] == '.' {
+		i++
+	}
+	dot := strings.IndexByte(p[i:], '.')
+	if dot < 0 {
 		return p, false
 	}
-	if stem := p[slash+1 : dot]; stem == "." || stem == ".." {
-		return p, false // "/..json" is no route's format variant
-	}
+	return formatStem(p, slash+1, i+dot)
+}
+
+// formatStem returns p cut at the dot p[dot] of its last segment (which
+// starts at seg), without the trailing dots and whitespace the stem is
+// left with ("/login%20.json" -> "/login"), and false where no stem
+// remains or it would be a dot segment ("/..json" is no route's format
+// variant).
+func formatStem(p string, seg, dot int) (string, bool) {
 	end := dot
-	for end > slash+1 && (p[end-1] == '.' || isPathSpace(p[end-1])) {
+	for end > seg && (p[end-1] == '.' || isPathSpace(p[end-1])) {
 		end--
 	}
-	if end == slash+1 {
+	if end == seg {
 		return p, false // "/ .json": no stem left
+	}
+	if stem := p[seg:end]; stem == "." || stem == ".." {
+		return p, false
 	}
 	return p[:end], true
 }
 
 // matchPath reports whether the canonical path p falls under the
-// canonical rule prefix, with or without p's format suffix.
+// canonical rule prefix as it is, or cut at any dot of its last segment
+// after the segment's leading dots: Spring's suffix patterns route
+// "/login.x.y" to "/login.*", and a rule for "/login.json" must still
+// take "/login.json.x". Paths with no dot in their last segment (most)
+// cost one comparison.
 func matchPath(p, prefix string) bool {
 	if pathHasPrefix(p, prefix) {
 		return true
 	}
-	if q, ok := withoutFormat(p); ok {
-		return pathHasPrefix(q, prefix)
+	seg := strings.LastIndexByte(p, '/') + 1
+	i := seg
+	for i < len(p) && p[i] == '.' {
+		i++
 	}
-	return false
+	for {
+		dot := strings.IndexByte(p[i:], '.')
+		if dot < 0 {
+			return false
+		}
+		i += dot
+		if q, ok := formatStem(p, seg, i); ok && pathHasPrefix(q, prefix) {
+			return true
+		}
+		i++
+	}
 }
 
 // pathOverrideHeaders are the headers some servers route by instead of

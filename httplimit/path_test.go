@@ -19,6 +19,10 @@ func TestRoutePathTable(t *testing.T) {
 		// NUL ends the path; escapes are decoded until none is left.
 		"/login\x00.php": "/login", "/%6cogin": "/login", "/%256cogin": "/login", "/%25252e%25252e/x": "/x",
 		"/100%": "/100%", "/a%2": "/a%2", "/%zz": "/%zz", "/%2F%2e%2E%2flogin": "/login",
+		// "?" and "#" once decoded end the path; Unicode spellings fold.
+		"/login?x": "/login", "/a#b": "/a", "/login%253fx": "/login", "/login\u00a0": "/login",
+		"/\u200blog\ufeffin": "/login", "/ｌｏｇｉｎ": "/login", "/x\xc0\xaflogin": "/x/login",
+		"/a\xffb": "/a\ufffdb", "/%\u200b41": "/a", "/\xc0\xa5": "/\ufffd\ufffd",
 	} {
 		if got := routePath(in); got != want {
 			t.Errorf("routePath(%q) = %q, want %q", in, got, want)
@@ -50,6 +54,57 @@ func TestPathSpellingsServersStripFallUnderTheRule(t *testing.T) {
 	for _, target := range []string{"/logi%20n", "/loginx%20", "/%20login", "/log/in"} {
 		if p := policyOf(h, "POST", target); p != "" {
 			t.Errorf("POST %s matched %q, want no rule", target, p)
+		}
+	}
+}
+
+// TestSuffixQueryAndUnicodeSpellingsFallUnderTheRule: with the login
+// quota spent, a reviewer's spellings reached the upstream: a suffix of
+// several dots (Spring's suffix patterns route "/login.x.y" to
+// "/login.*"), an escaped "?" or "#" (a component that decodes again
+// routes "/login%3fx" to /login), trailing Unicode whitespace,
+// zero-width characters, fullwidth letters and overlong UTF-8. Each must
+// be refused by the login rule.
+func TestSuffixQueryAndUnicodeSpellingsFallUnderTheRule(t *testing.T) {
+	m := mustNew(t, Options{Rules: []Rule{
+		{Name: "login", Method: "POST", PathPrefix: "/login", Engine: logConfig(1, time.Minute, newClock())},
+		{Name: "json", Method: "POST", PathPrefix: "/export.json", Engine: logConfig(1, time.Minute, newClock())},
+	}})
+	h := m.Handler(okHandler)
+	for _, target := range []string{"/login", "/export.json"} {
+		if rec := serveRec(h, "POST", target, "", nil); rec.Code != 200 {
+			t.Fatalf("first POST %s: %d, want 200", target, rec.Code)
+		}
+	}
+	for _, target := range []string{
+		"/login.x.y", "/login.json.json", "/login.a.b.c", "/login%2ejson.x", "/login.x.y/",
+		"/login%3fx", "/login%253fx", "/login%23x", "/login%2523x", "/login%3F",
+		"/login%c2%a0", "/login%c2%85", "/login%e3%80%80", "/login%e2%80%8b", "/login%ef%bb%bf",
+		"/%e2%80%8blogin", "/%ef%bb%bflogin", "/%ef%bd%8c%ef%bd%8f%ef%bd%87%ef%bd%89%ef%bd%8e",
+		"/%ef%bc%ac%ef%bc%af%ef%bc%a7%ef%bc%a9%ef%bc%ae", "/x%c0%af..%c0%aflogin", "/x/%c0%ae%c0%ae/login",
+		"/login%c0%ae%c0%ae", "/log%e2%80%8bin", "/login%c2%ad",
+		"/export.json.x", "/export.json.a.b",
+	} {
+		if rec := serveRec(h, "POST", target, "", nil); rec.Code != 429 {
+			t.Errorf("POST %s after the quota was spent: %d, want 429 (policy %q)", target, rec.Code, rec.Header().Get("RateLimit-Policy"))
+		}
+	}
+	for _, target := range []string{"/.login.x", "/loginx.y", "/x.login", "/login2.x", "/%c2%a0login", "/export.jsonx"} {
+		if p := policyOf(h, "POST", target); p != "" {
+			t.Errorf("POST %s matched %q, want no rule", target, p)
+		}
+	}
+}
+
+// TestRouteIPKeyIgnoresEveryFormatSuffix: each suffix of a route would be
+// a fresh budget under RouteIP if only the last one were dropped.
+func TestRouteIPKeyIgnoresEveryFormatSuffix(t *testing.T) {
+	for in, want := range map[string]string{
+		"/login.x.y": "/login", "/login.json": "/login", "/.well-known.json": "/.well-known", "/..json": "/..json",
+		"/a/b.c.d": "/a/b", "/login": "/login",
+	} {
+		if got, _ := withoutFormat(in); got != want {
+			t.Errorf("withoutFormat(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
