@@ -126,18 +126,25 @@ results:
 ## fetch a newer toolchain (GOTOOLCHAIN=local, the default of Debian's and
 ## the official tarball's go.env), their steps are skipped and the summary
 ## says so, with the go command's reason.
+ABOUT_bench-once := every benchmark of ./bench once, no time judged (~10 s)
+ABOUT_peers-race := the peer-comparison module's tests under -race (warm ~5 s, cold ~1 min)
+ABOUT_peers-bench-once := every peer benchmark once, no time judged (~20 s)
+ABOUT_resultsmd := the RESULTS.md generator's tests (a few seconds)
+
 bench-smoke: testsummary
 	$(call gotest,bench-once,$(CURDIR),-short -run '^$$' -bench . -benchtime=1x ./bench/...)
 	@for m in bench/peers cmd/resultsmd; do 		if ! err=$$(cd $$m && $(GO) list -m 2>&1 >/dev/null); then 			echo "*** $$m cannot be built with $$($(GO) env GOVERSION) (GOTOOLCHAIN=$$($(GO) env GOTOOLCHAIN)): its steps are SKIPPED"; 			echo "$$m (peer comparison and report tools, not the library): skipped, $$(echo $$err | head -c 200); run with Go 1.26 or GOTOOLCHAIN=auto" >> $(TEST_NOTES); 			continue; 		fi; 		$(MAKE) --no-print-directory bench-smoke-$$(basename $$m) || exit 1; 	done
 
 .PHONY: bench-smoke-peers bench-smoke-resultsmd
 bench-smoke-peers: testsummary
-	cd bench/peers && $(GO) vet ./...
+	@echo "== peers-vet: go vet in bench/peers (its own module; warm: seconds, cold ~1.5 min)"
+	@$(call ticking,running go vet in bench/peers,$(GO) -C bench/peers vet ./...)
 	$(call gotest,peers-race,$(CURDIR)/bench/peers,-race -count=1 ./...)
 	$(call gotest,peers-bench-once,$(CURDIR)/bench/peers,-short -run '^$$' -bench . -benchtime=1x ./...)
 
 bench-smoke-resultsmd: testsummary
-	cd cmd/resultsmd && $(GO) vet ./...
+	@echo "== resultsmd-vet: go vet in cmd/resultsmd (its own module; a few seconds)"
+	@$(call ticking,running go vet in cmd/resultsmd,$(GO) -C cmd/resultsmd vet ./...)
 	$(call gotest,resultsmd,$(CURDIR)/cmd/resultsmd,-count=1 ./...)
 
 TEST_EXTRA += bench-smoke
