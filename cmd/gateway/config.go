@@ -162,6 +162,14 @@ type proxyFile struct {
 	// characters than letters, digits and "-" are always dropped (nginx's
 	// ignore_invalid_headers).
 	UnderscoresInHeaders bool `yaml:"underscores_in_headers"`
+	// Upgrades lists the protocols a client may switch to through the
+	// gateway (Upgrade header), compared ignoring case and version:
+	// absent, [websocket]; [] none. An upgraded connection is a tunnel no
+	// rule sees into: "h2c" would carry any number of HTTP/2 requests to
+	// a lenient upstream past every limit. Any other Upgrade is removed
+	// (with HTTP2-Settings, always), so the request is proxied as a plain
+	// one, as nginx, Envoy and Traefik do by default.
+	Upgrades *[]string `yaml:"upgrades"`
 }
 
 // serverFile is the client-facing listener. Read at start only: a reload
@@ -272,6 +280,7 @@ type proxyConfig struct {
 	buffering                                                        bool
 	bodyMemory                                                       int64
 	underscores                                                      bool
+	upgrades                                                         []string // lower case
 }
 
 type serverConfig struct {
@@ -402,6 +411,16 @@ func (p proxyFile) config() (proxyConfig, error) {
 	}
 	c.buffering = p.RequestBuffering == nil || *p.RequestBuffering
 	c.underscores = p.UnderscoresInHeaders
+	c.upgrades = []string{"websocket"}
+	if p.Upgrades != nil {
+		c.upgrades = nil
+		for i, u := range *p.Upgrades {
+			if !isToken(u) {
+				return c, fieldErr(fmt.Sprintf("proxy.upgrades[%d]", i), "%q is not a protocol name (a token, no version)", u)
+			}
+			c.upgrades = append(c.upgrades, strings.ToLower(u))
+		}
+	}
 	switch {
 	case p.BodyMemoryBytes == 0:
 		c.bodyMemory = defaultBodyMemory
@@ -1020,4 +1039,18 @@ func corsDeny(deny func(http.ResponseWriter, *http.Request, httplimit.Denial), o
 		}
 		deny(w, r, d)
 	}
+}
+
+// isToken reports whether s is an RFC 9110 token.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }

@@ -65,7 +65,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"negative cleanup", minimal + "    cleanup_interval_ms: -1\n", "rate_limiting.sliding_window.cleanup_interval_ms: must be in [0, 31622400000]"},
 		{"negative memory", minimal + "    memory_limit_mb: -1\n", "rate_limiting.sliding_window.memory_limit_mb: must be in [0, 1048576]"},
 		{"lru eviction", minimal + "    eviction_policy: lru\n", `rate_limiting.sliding_window.eviction_policy: "lru" is not supported`},
-		{"unknown algorithm", minimal + "  algorithm: token_bucket\n", `rate_limiting.algorithm: "token_bucket" is not one of`},
+		{"unknown algorithm", minimal + "  algorithm: leaky_bucket\n", `rate_limiting.algorithm: "leaky_bucket" is not one of`},
 		{"log limit too big", strings.Replace(minimal, "max_requests: 10", "max_requests: 70000", 1) + "  algorithm: log\n", "rate_limiting.sliding_window.max_requests: 70000 exceeds the log algorithm's maximum 65535"},
 		{"unknown key", minimal + "  key: cookie\n", `rate_limiting.key: "cookie" is not one of ip, header, header_or_ip, route_ip`},
 		{"bad key header", minimal + "  key_header: \"X API\"\n", `rate_limiting.key_header: "X API" is not a valid header name`},

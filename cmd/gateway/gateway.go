@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -378,6 +379,13 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// in no route; servers cut the path at it or strip it, and so
 		// would route it where no rule looked.
 		http.Error(w, "400 bad request: control character in the path", http.StatusBadRequest)
+		return
+	}
+	if !utf8.ValidString(r.URL.Path) {
+		// Invalid UTF-8 (an overlong "%c0%af" for "/", a stray Latin-1
+		// byte) is read differently by every decoder behind the gateway:
+		// old ones take overlong forms for the ASCII they encode.
+		http.Error(w, "400 bad request: the path is not UTF-8", http.StatusBadRequest)
 		return
 	}
 	done := g.inflight.add(r)

@@ -14,9 +14,12 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/slidelimit/slidelimit/httplimit"
 )
 
 // newTransport is the upstream transport of one configuration generation.
@@ -37,22 +40,24 @@ func newTransport(pc proxyConfig) *http.Transport {
 // the request body's limit, timeout and buffering in front of it and the
 // response body's read timeout behind it.
 type proxy struct {
-	rp  *httputil.ReverseProxy
-	tr  *http.Transport
-	pc  proxyConfig
-	log *slog.Logger
-	m   *metrics
+	rp   *httputil.ReverseProxy
+	tr   *http.Transport
+	pc   proxyConfig
+	ours bool // upstream_headers: ours (the upstream's rate-limit headers never go out)
+	log  *slog.Logger
+	m    *metrics
 }
 
 func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 	tr := newTransport(c.proxy)
 	trusted := c.trusted
-	p := &proxy{tr: tr, pc: c.proxy, log: log, m: m}
+	p := &proxy{tr: tr, pc: c.proxy, ours: c.opts.Upstream == httplimit.UpstreamOurs, log: log, m: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
 			forwardHeaders(pr.Out, pr.In, trusted)
 			dropInvalidHeaders(pr.Out.Header, p.pc.underscores)
+			filterUpgrade(pr.Out.Header, p.pc.upgrades)
 		},
 		Transport:      tr,
 		ModifyResponse: p.watchResponse,
@@ -210,12 +215,33 @@ func (p *proxy) refuseBody(w http.ResponseWriter, r *http.Request, err error) {
 	http.Error(w, fmt.Sprintf("%d %s", status, strings.ToLower(http.StatusText(status))), status)
 }
 
-// watchResponse is ModifyResponse: it arms read_timeout_ms on the
-// response body (nginx's proxy_read_timeout: the longest wait for the next
-// read; ResponseHeaderTimeout covers the wait for the header). A protocol
-// upgrade is left alone: its body is the connection itself, and a
-// websocket may be quiet for as long as it likes.
+// errUpgradeRefused ends a proxied request whose upstream switched
+// protocols although the gateway passed no upgrade it allows.
+var errUpgradeRefused = errors.New("upstream switched protocols without an allowed upgrade (proxy.upgrades)")
+
+// watchResponse is ModifyResponse. It refuses a 101 to a request that
+// carries no allowed upgrade (a lenient upstream must not open a tunnel
+// past every rule); under upstream_headers: ours it removes the
+// upstream's rate-limit headers and trailers (the middleware sets its own
+// on limited requests; exempt and unmatched ones then carry none); and it
+// arms read_timeout_ms on the response body (nginx's proxy_read_timeout:
+// the longest wait for the next read; ResponseHeaderTimeout covers the
+// wait for the header). An allowed upgrade's body is left alone: it is
+// the connection itself, and a websocket may be quiet for as long as it
+// likes.
 func (p *proxy) watchResponse(res *http.Response) error {
+	if res.StatusCode == http.StatusSwitchingProtocols && upgradeType(res.Request.Header) == "" {
+		return errUpgradeRefused
+	}
+	if p.ours {
+		dropRateLimitHeaders(res.Header)
+		dropRateLimitHeaders(res.Trailer)
+		if res.StatusCode != http.StatusSwitchingProtocols && res.ContentLength < 0 && res.Body != nil && res.Body != http.NoBody {
+			// Trailers come after the body; the transport fills
+			// res.Trailer as it reaches the end.
+			res.Body = &trailerFilter{ReadCloser: res.Body, res: res}
+		}
+	}
 	if res.StatusCode == http.StatusSwitchingProtocols || res.Body == nil || res.Body == http.NoBody {
 		return nil
 	}
@@ -230,6 +256,76 @@ func (p *proxy) watchResponse(res *http.Response) error {
 		st.cancel(errUpstreamReadTimeout)
 	})
 	return nil
+}
+
+// trailerFilter removes the rate-limit fields from a response's trailer
+// once the body is read (ReverseProxy copies res.Trailer after it).
+type trailerFilter struct {
+	io.ReadCloser
+	res *http.Response
+}
+
+func (f *trailerFilter) Read(p []byte) (int, error) {
+	n, err := f.ReadCloser.Read(p)
+	if err != nil {
+		dropRateLimitHeaders(f.res.Trailer)
+	}
+	return n, err
+}
+
+// dropRateLimitHeaders deletes the rate-limit family (RateLimit*,
+// X-RateLimit-*, X-Rate-Limit-*, as httplimit names it) from h.
+func dropRateLimitHeaders(h http.Header) {
+	for k := range h {
+		if hasPrefixFold(k, "ratelimit") || hasPrefixFold(k, "x-ratelimit-") || hasPrefixFold(k, "x-rate-limit-") {
+			delete(h, k)
+		}
+	}
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// upgradeType is the protocol a request or response asks to switch to:
+// its Upgrade header when Connection lists "upgrade", as ReverseProxy
+// reads it.
+func upgradeType(h http.Header) string {
+	for _, v := range h.Values("Connection") {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
+}
+
+// filterUpgrade removes an upgrade that proxy.upgrades does not allow
+// from an outgoing request: the Upgrade header and Connection (which
+// ReverseProxy has reduced to "Upgrade"), so the upstream answers it as
+// a plain request. Every protocol the Upgrade value lists must be
+// allowed ("websocket, h2c" is not), compared ignoring case and version.
+// HTTP2-Settings, which only an h2c upgrade uses, is always removed.
+func filterUpgrade(h http.Header, allowed []string) {
+	h.Del("Http2-Settings")
+	vals := h.Values("Upgrade")
+	if len(vals) == 0 {
+		return
+	}
+	ok := true
+	for _, v := range vals {
+		for _, proto := range strings.Split(v, ",") {
+			name, _, _ := strings.Cut(strings.TrimSpace(proto), "/")
+			if !slices.Contains(allowed, strings.ToLower(name)) {
+				ok = false
+			}
+		}
+	}
+	if !ok {
+		h.Del("Upgrade")
+		h.Del("Connection")
+	}
 }
 
 // readTimeoutBody calls fire when one Read waits longer than d. The timer
@@ -493,12 +589,16 @@ func dropInvalidHeaders(h http.Header, underscores bool) {
 // forwardingClaims are the request headers by which a proxy tells its
 // upstream who the client is, how it connected, or what it asked for
 // before a rewrite: client-IP headers, the X-Forwarded-* family and its
-// vendors' variants, and path overrides. Frameworks believe them (Rack
-// reads X-Forwarded-Ssl and -Port, Spring -Port and -Prefix, Symfony
-// X-Original-URL, many apps True-Client-IP or X-Client-IP for the client
-// address), so from a peer outside trusted_proxies every one is dropped;
-// the gateway then sets X-Forwarded-For, -Proto, -Host and Forwarded to
-// what it saw. Canonical names; listed in the package doc.
+// vendors' variants, path overrides, and Via. Frameworks believe them
+// (Rack reads X-Forwarded-Ssl and -Port, Spring -Port and -Prefix, Symfony
+// X-Original-URL, WebLogic WL-Proxy-Client-IP, many apps True-Client-IP
+// or X-Client-IP for the client address), so from a peer outside
+// trusted_proxies every one is dropped, and so is every header that
+// claimForm recognizes by name (a vendor's next variant); the gateway
+// then sets X-Forwarded-For, -Proto, -Host and Forwarded to what it saw.
+// Via is dropped too: a client's Via names proxies it never went through
+// (the gateway adds none of its own). Canonical names; listed in the
+// package doc.
 var forwardingClaims = map[string]bool{
 	// Client address.
 	"X-Forwarded-For": true, "Forwarded": true, "X-Real-Ip": true, "Forwarded-For": true, "X-Forwarded": true,
@@ -506,26 +606,65 @@ var forwardingClaims = map[string]bool{
 	"X-Cluster-Client-Ip": true, "Cf-Connecting-Ip": true, "Cf-Connecting-Ipv6": true, "Fastly-Client-Ip": true,
 	"X-Originating-Ip": true, "X-Remote-Ip": true, "X-Remote-Addr": true, "X-Proxyuser-Ip": true,
 	"X-Envoy-External-Address": true, "X-Appengine-User-Ip": true, "X-Azure-Clientip": true, "X-Azure-Socketip": true,
+	"Proxy-Client-Ip": true, "Wl-Proxy-Client-Ip": true, "X-Arr-Clientip": true, "Remote-Addr": true,
+	"X-Original-Remote-Addr": true, "X-Real-Client-Ip": true, "Fly-Client-Ip": true, "Do-Connecting-Ip": true,
+	"X-Nf-Client-Connection-Ip": true, "X-Vercel-Forwarded-For": true, "Ali-Cdn-Real-Ip": true,
+	"X-Appengine-Remote-Addr": true, "Cloudfront-Viewer-Address": true, "X-Client-Port": true, "X-Real-Port": true,
 	// Scheme, host, port, prefix, the proxy itself, the client's certificate.
 	"X-Forwarded-Proto": true, "X-Forwarded-Host": true, "X-Forwarded-Port": true, "X-Forwarded-Prefix": true,
 	"X-Forwarded-Server": true, "X-Forwarded-Ssl": true, "X-Forwarded-Scheme": true, "X-Forwarded-Protocol": true,
 	"X-Forwarded-Uri": true, "X-Forwarded-Path": true, "X-Forwarded-By": true, "X-Forwarded-Client-Cert": true,
 	"X-Original-Host": true, "X-Host": true, "X-Url-Scheme": true, "X-Scheme": true, "Front-End-Https": true,
-	"X-Arr-Ssl": true, "Cf-Visitor": true,
-	// Path overrides (IIS URL Rewrite, Symfony, Laminas route by them).
-	"X-Original-Url": true, "X-Rewrite-Url": true,
+	"X-Arr-Ssl": true, "Cf-Visitor": true, "Cloudfront-Forwarded-Proto": true, "Forwarded-Proto": true,
+	"Forwarded-Host": true, "X-Forwarded-Hostname": true, "X-Http-Host-Override": true, "X-Real-Host": true,
+	"X-Envoy-Internal": true, "Via": true,
+	// Path overrides (IIS URL Rewrite, Symfony, Laminas, Envoy route by them).
+	"X-Original-Url": true, "X-Rewrite-Url": true, "X-Original-Uri": true, "X-Envoy-Original-Path": true,
 }
 
-// dropForwardingClaims deletes every header of h that forwardingClaims
-// names, also when spelled with "_" for "-" (kept only with
-// underscores_in_headers, and read as the "-" name by CGI, WSGI and Rack).
+// claimForm reports whether a header name is a forwarding claim: listed
+// in forwardingClaims, or holding, whatever its vendor prefix, one of the
+// fragments every variant so far has used: "forwarded", "client-ip" (or
+// "clientip"), "real-ip", "remote-addr", "remote-ip", "connecting-ip",
+// "original-url" or "original-uri". "_" counts as "-" (kept only with
+// underscores_in_headers, and read as the "-" name by CGI, WSGI and
+// Rack). It allocates only for names with "_" or over 128 bytes.
+func claimForm(k string) bool {
+	if strings.IndexByte(k, '_') >= 0 {
+		k = http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))
+	}
+	if forwardingClaims[k] {
+		return true
+	}
+	var buf [128]byte
+	n := buf[:0]
+	if len(k) > len(buf) {
+		n = make([]byte, 0, len(k))
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		n = append(n, c)
+	}
+	if bytes.Contains(n, []byte("forwarded")) || bytes.Contains(n, []byte("remote-addr")) ||
+		bytes.Contains(n, []byte("original-url")) || bytes.Contains(n, []byte("original-uri")) {
+		return true
+	}
+	if !bytes.Contains(n, []byte("ip")) {
+		return false // the rest all end in "ip"
+	}
+	return bytes.Contains(n, []byte("client-ip")) || bytes.Contains(n, []byte("clientip")) ||
+		bytes.Contains(n, []byte("real-ip")) || bytes.Contains(n, []byte("remote-ip")) ||
+		bytes.Contains(n, []byte("connecting-ip"))
+}
+
+// dropForwardingClaims deletes every header of h that claimForm
+// recognizes.
 func dropForwardingClaims(h http.Header) {
 	for k := range h {
-		n := k
-		if strings.IndexByte(k, '_') >= 0 {
-			n = http.CanonicalHeaderKey(strings.ReplaceAll(k, "_", "-"))
-		}
-		if forwardingClaims[n] {
+		if claimForm(k) {
 			delete(h, k)
 		}
 	}

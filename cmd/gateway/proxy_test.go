@@ -389,14 +389,14 @@ func TestReloadUnderLoad(t *testing.T) {
 // (websocket-style, hijacked both ends) and a flushed stream pass through.
 func TestUpgradeAndStreamingPass(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") == "echo" {
+		if r.Header.Get("Upgrade") == "websocket" {
 			conn, brw, err := http.NewResponseController(w).Hijack()
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			defer conn.Close()
-			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 			_ = brw.Flush()
 			line, _ := brw.ReadString('\n')
 			_, _ = brw.WriteString("echo:" + line)
@@ -426,7 +426,7 @@ func TestUpgradeAndStreamingPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+	_, _ = io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
