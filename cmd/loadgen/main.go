@@ -82,7 +82,7 @@ func parse(args []string, stderr io.Writer) (loadgen.Config, options, error) {
 	var (
 		mode    = fs.String("mode", "open", "open (fixed arrival rate, latency from each request's intended start) or closed (workers as fast as they can)")
 		dist    = fs.String("dist", cfg.Dist.String(), "key distribution: uniform, zipf, hot, attack or mix (90% zipf, 5% hot, 5% attack)")
-		algo    = fs.String("algo", cfg.Engine.Algorithm.String(), "in-process algorithm: log (exact) or counter (approximate)")
+		algo    = fs.String("algo", cfg.Engine.Algorithm.String(), "in-process algorithm: log (exact), counter (approximate) or gcra (token bucket)")
 		target  = fs.String("target", "", "empty: in-process; or a loopback URL, e.g. http://127.0.0.1:8080/, to drive a gateway over HTTP")
 		maxKeys = fs.Int("max-keys", 0, "in-process engine MaxKeys (0: derived from the engine's memory bound)")
 		sweep   = fs.Duration("sweep", 0, "in-process engine SweepInterval (0: the engine default)")

@@ -24,7 +24,7 @@ func TestBadFlagsExit2WithOneLine(t *testing.T) {
 		{"-rate", "-5"},
 		{"-duration", "0s"},
 		{"-limit", "0"},
-		{"-algo", "bucket"},
+		{"-algo", "fifo"},
 		{"-target", "http://10.1.2.3:8080/"},
 		{"-target", "http://127.0.0.1:8080/", "-algo", "log"},
 		{"-target", "http://127.0.0.1:8080/", "-limit", "10"},
