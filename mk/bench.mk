@@ -1,4 +1,4 @@
-# Benchmark harness (issue 3): the engine suite (./bench), ours vs peers
+# Benchmark harness: the engine suite (./bench), ours vs peers
 # (./bench/peers, its own module), benchstat against a committed baseline,
 # profiles, and the generated RESULTS.md. Outputs go to out/bench/.
 #

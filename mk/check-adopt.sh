@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A new user's view of the module (issue 12): a throwaway module on Go 1.24
+# A new user's view of the module: a throwaway module on Go 1.24
 # that already uses go-redis v9.7.0 adds github.com/slidelimit/slidelimit
 # (through a replace directive to this checkout) and imports engine and
 # httplimit. Adoption must not change its go directive, add a toolchain

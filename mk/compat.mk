@@ -1,4 +1,4 @@
-# The Go 1.24 floor (issue 12), proved on every `make test`:
+# The Go 1.24 floor, proved on every `make test`:
 #
 #   test-go-floor  the unit tests once (no -race) with the oldest supported
 #                  toolchain, fetched through the module proxy by GOTOOLCHAIN
