@@ -76,7 +76,7 @@ func TestSkipReasonAndBenchRow(t *testing.T) {
 	}
 }
 
-// Review F7: a row whose name and figures come in two output events counts
+// A row whose name and figures come in two output events counts
 // once, a row cut off by the benchmark's end counts, and a skipped
 // benchmark is a skip with its reason.
 func TestBenchRowsSplitAndBenchmarkSkips(t *testing.T) {
