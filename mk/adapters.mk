@@ -1,4 +1,4 @@
-# Adapters (issue 25), each its own module so that the library's module
+# Adapters, each its own module so that the library's module
 # requires none of their dependencies:
 #
 #   grpclimit            gRPC interceptors (grpc-go, go-grpc-middleware)
@@ -19,11 +19,15 @@ GRPC_BENCH_COUNT ?= 5
 GRPC_BENCH_TIME  ?= 0.3s
 
 TEST_EXTRA += adapters adapters-stdlib-only adapters-go-floor
+ABOUT_grpclimit-race := the gRPC interceptors' tests under -race over loopback gRPC (warm ~10 s, cold ~2 min)
+ABOUT_grpclimit-bench-once := every gRPC interceptor benchmark once, no time judged (a few seconds)
+ABOUT_promlimit-race := the Prometheus collector's tests under -race (warm ~5 s, cold ~1 min)
+ABOUT_frameworks-race := the chi, gin and echo examples under -race (warm ~5 s, cold ~1 min)
 .PHONY: adapters adapters-stdlib-only adapters-go-floor bench-grpc
 
 ## adapters (make test): vet and race tests of every adapter module.
 adapters: testsummary
-	@set -e; for m in $(ADAPTER_MODULES); do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in $(ADAPTER_MODULES); do echo "== go vet ($$m): vets the adapter module (warm ~2 s, cold ~45 s)"; ( $(call ticking,running go vet in $$m,$(GO) -C $$m vet ./...) ); done
 	$(call gotest,grpclimit-race,$(CURDIR)/grpclimit,-race -count=1 ./...)
 	$(call gotest,grpclimit-bench-once,$(CURDIR)/grpclimit,-run '^$$' -bench . -benchtime=1x ./...)
 	$(call gotest,promlimit-race,$(CURDIR)/promlimit,-race -count=1 ./...)
