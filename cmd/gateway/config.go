@@ -188,8 +188,18 @@ type serverFile struct {
 	MaxConnections int `yaml:"max_connections"`
 	// MaxConnectionsPerIP bounds the connections one client address (IPv6:
 	// one /64) holds open (nginx's limit_conn), 256; -1: none. Peers in
-	// trusted_proxies count only in max_connections.
+	// trusted_proxies have no such bound.
 	MaxConnectionsPerIP int `yaml:"max_connections_per_ip"`
+	// MaxTrustedConnections bounds the connections of peers in
+	// trusted_proxies, a pool of their own beside max_connections, 4096;
+	// -1: none. Direct clients that fill max_connections cannot lock the
+	// proxies out.
+	MaxTrustedConnections int `yaml:"max_trusted_connections"`
+	// MaxHeaderFields bounds the header lines of one request (Apache's
+	// LimitRequestFields), 100; -1: none. Over it: 431. Each parsed line
+	// costs about 120 bytes beyond its text, so max_header_bytes of tiny
+	// lines held 500 kB per connection.
+	MaxHeaderFields int `yaml:"max_header_fields"`
 }
 
 // logFile configures the structured log (log/slog, JSON on stderr).
@@ -284,9 +294,14 @@ type proxyConfig struct {
 }
 
 type serverConfig struct {
-	readHeaderTimeout, idleTimeout time.Duration
-	maxHeaderBytes                 int64
-	maxConns, maxConnsPerIP        int // < 0: no bound
+	readHeaderTimeout, idleTimeout           time.Duration
+	maxHeaderBytes                           int64
+	maxConns, maxConnsPerIP, maxTrustedConns int // < 0: no bound
+	maxHeaderFields                          int // < 0: no bound
+}
+
+func (s serverConfig) connBounds() connBounds {
+	return connBounds{total: s.maxConns, trusted: s.maxTrustedConns, perIP: s.maxConnsPerIP, fields: s.maxHeaderFields}
 }
 
 type logConfig struct {
@@ -309,6 +324,9 @@ const (
 	defaultMaxHeaderBytes        = 32 << 10 // large_client_header_buffers 4 8k
 	defaultMaxConns              = 4096
 	defaultMaxConnsPerIP         = 256
+	defaultMaxTrustedConns       = 4096
+	defaultMaxHeaderFields       = 100 // Apache's LimitRequestFields
+	maxMaxHeaderFields           = 1 << 16
 )
 
 // Bounds of server.max_header_bytes: above Go's read slack (4 KiB, see
@@ -465,6 +483,20 @@ func (s serverFile) config() (serverConfig, error) {
 	}
 	if c.maxConnsPerIP, err = connBound("server.max_connections_per_ip", s.MaxConnectionsPerIP, defaultMaxConnsPerIP); err != nil {
 		return c, err
+	}
+	if c.maxTrustedConns, err = connBound("server.max_trusted_connections", s.MaxTrustedConnections, defaultMaxTrustedConns); err != nil {
+		return c, err
+	}
+	switch v := s.MaxHeaderFields; {
+	case v == 0:
+		c.maxHeaderFields = defaultMaxHeaderFields
+	case v == -1:
+		c.maxHeaderFields = -1
+	case v < 1 || v > maxMaxHeaderFields:
+		return c, fieldErr("server.max_header_fields", "must be in [1, %d], or -1 for no bound (0: the default %d), got %d",
+			maxMaxHeaderFields, defaultMaxHeaderFields, v)
+	default:
+		c.maxHeaderFields = v
 	}
 	return c, nil
 }

@@ -48,14 +48,33 @@
 // Client connections, with nginx-like bounds so that the memory a client
 // can hold is bounded (server section, read at start): a request line and
 // header over max_header_bytes (32 KiB, nginx's large_client_header_buffers
-// 4 8k) get 431 and a malformed one 400, and neither reaches the upstream;
-// connections past max_connections (4096 open) or max_connections_per_ip
-// (256 per address, IPv6 per /64; trusted_proxies exempt) are answered
-// 503 and closed unserved, counted in
-// slidelimit_gateway_connections_refused_total{reason}. 300 connections
-// from one address each holding an unfinished header add about 3 MB (512
-// kB headers: 431 at 32 KiB) to 13 MB (30 kB headers, held) of heap,
-// where Go's defaults let them take 200 MB.
+// 4 8k) or with more than max_header_fields lines (100, Apache's
+// LimitRequestFields; net/textproto keeps each line as a map entry, so
+// 32 KiB of tiny lines held 500 kB) get 431 and a malformed one 400, and
+// neither reaches the upstream. Header lines are counted as net/http
+// reads them, before it parses them; a request with a chunked body is
+// served and its connection then closed (only the body reader knows where
+// such a body ends). Connections past max_connections_per_ip (256 per
+// address, IPv6 per /64) are answered 503 and closed unserved. Peers in
+// trusted_proxies have no per-address bound and a pool of their own,
+// max_trusted_connections (4096), beside everyone else's max_connections
+// (4096), so direct clients cannot lock the proxies out. A connection
+// that finds its pool full takes the place of the pool's connection that
+// has waited longest without a request in progress (idle in keep-alive,
+// or still sending its header), which is closed and counted in
+// slidelimit_gateway_connections_evicted_total{pool}; only a pool whose
+// every connection is serving a request answers 503, counted in
+// slidelimit_gateway_connections_refused_total{reason}. The trade-off:
+// connections that send nothing can no longer hold a pool for
+// read_header_timeout_ms (60 s), but under such a flood a legitimate
+// client slow over its header, or idle in keep-alive, loses its
+// connection to a newcomer (nginx too closes idle keep-alive connections
+// when it runs out); a request in progress is never cut. 300 connections
+// from one address each holding an unfinished header add about 3 MB
+// (512 kB headers: 431 at 32 KiB) to 13 MB (30 kB headers, held) of heap,
+// 256 holding 4000 tiny header lines each about 8 MB (431 at the 101st
+// line; 127 MB without max_header_fields), where Go's defaults let them
+// take 200 MB.
 //
 // Proxying, with nginx's defaults: upstream dial and response-header
 // timeouts (60 s each) answer 504, other upstream failures 502; a response
@@ -69,34 +88,60 @@
 // between two writes). Request headers named with "_" (a CGI or WSGI
 // upstream reads X_Real_IP as X-Real-IP) or with characters other than
 // letters, digits and "-" are dropped. A request whose path holds a
-// control character or NUL once decoded (%00, %09, %0d%0a, %7f) gets 400:
-// servers cut or strip the path there and would route it where no rule
-// looked.
+// control character or NUL once decoded (%00, %09, %0d%0a, %7f), or is
+// not UTF-8 once decoded (an overlong %c0%af, which old decoders read as
+// "/"), gets 400: servers cut, strip or reinterpret the path there and
+// would route it where no rule looked. Protocol upgrades pass only to the
+// protocols in proxy.upgrades (websocket by default): an upgraded
+// connection is a tunnel no rule sees into, and "h2c" would carry any
+// number of HTTP/2 requests past every limit to a lenient upstream. Any
+// other Upgrade (and HTTP2-Settings, always) is removed, so the request
+// is proxied as a plain one, and an upstream that switches protocols
+// anyway gets 502. Under upstream_headers: ours the upstream's own
+// rate-limit headers and trailers (RateLimit*, X-RateLimit-*,
+// X-Rate-Limit-*) never reach the client: limited responses carry the
+// gateway's, exempt and unmatched ones none.
 //
 // Forwarding claims are passed on only from trusted_proxies (X-Forwarded-For
-// and Forwarded with this hop appended); from any other peer every one of
-// them is dropped, also when spelled with "_" for "-", and the gateway
-// sets X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and Forwarded
-// to what it saw. The headers dropped: client address: X-Forwarded-For,
+// and Forwarded with this hop appended; every other header as the proxy
+// sent it, X-Real-IP included, while the rate-limit key walks
+// forwarded_header); from any other peer every one of them is dropped,
+// also when spelled with "_" for "-", and the gateway sets
+// X-Forwarded-For, X-Forwarded-Proto, X-Forwarded-Host and Forwarded to
+// what it saw. The headers dropped: client address: X-Forwarded-For,
 // Forwarded, X-Real-IP, Forwarded-For, X-Forwarded,
 // X-Original-Forwarded-For, True-Client-IP, X-Client-IP, Client-IP,
 // X-Cluster-Client-IP, CF-Connecting-IP, CF-Connecting-IPv6,
 // Fastly-Client-IP, X-Originating-IP, X-Remote-IP, X-Remote-Addr,
 // X-ProxyUser-Ip, X-Envoy-External-Address, X-AppEngine-User-IP,
-// X-Azure-ClientIP, X-Azure-SocketIP; scheme, host, port, prefix and the
-// proxy: X-Forwarded-Proto, X-Forwarded-Host, X-Forwarded-Port,
+// X-Azure-ClientIP, X-Azure-SocketIP, Proxy-Client-IP,
+// WL-Proxy-Client-IP, X-ARR-ClientIP, Remote-Addr,
+// X-Original-Remote-Addr, X-Real-Client-IP, Fly-Client-IP,
+// DO-Connecting-IP, X-NF-Client-Connection-IP, X-Vercel-Forwarded-For,
+// Ali-CDN-Real-IP, X-AppEngine-Remote-Addr, CloudFront-Viewer-Address,
+// X-Client-Port, X-Real-Port; scheme, host, port, prefix and the proxy:
+// X-Forwarded-Proto, X-Forwarded-Host, X-Forwarded-Port,
 // X-Forwarded-Prefix, X-Forwarded-Server, X-Forwarded-Ssl,
 // X-Forwarded-Scheme, X-Forwarded-Protocol, X-Forwarded-Uri,
 // X-Forwarded-Path, X-Forwarded-By, X-Forwarded-Client-Cert,
-// X-Original-Host, X-Host, X-Url-Scheme, X-Scheme, Front-End-Https,
-// X-ARR-SSL, CF-Visitor; path overrides: X-Original-URL, X-Rewrite-URL
-// (the rate-limit rules match their path too, so from a trusted proxy
-// they count). IPv6 zones never go out.
+// X-Forwarded-Hostname, X-Original-Host, X-Host, X-Real-Host,
+// X-HTTP-Host-Override, X-Url-Scheme, X-Scheme, Front-End-Https,
+// X-ARR-SSL, CF-Visitor, CloudFront-Forwarded-Proto, Forwarded-Proto,
+// Forwarded-Host, X-Envoy-Internal, Via (a client's Via names proxies it
+// never went through; the gateway adds none); path overrides:
+// X-Original-URL, X-Rewrite-URL, X-Original-URI, X-Envoy-Original-Path
+// (the rate-limit rules match the first two too, so from a trusted proxy
+// they count). Beyond the list, any header whose name, in lower case and
+// with "_" as "-", holds "forwarded", "client-ip", "clientip",
+// "real-ip", "remote-addr", "remote-ip", "connecting-ip", "original-url"
+// or "original-uri" is dropped, so a vendor's next variant is covered.
+// IPv6 zones never go out.
 //
 // Observability: with -pprof, the loopback admin listener serves package
 // pprof's endpoints and Prometheus /metrics (per-rule decisions by
 // outcome, backend errors, decision latency, tracked keys and key-table
-// overflow; upstream errors; reloads; requests in flight); a reload drops
+// overflow; upstream errors; reloads; requests in flight; connections
+// refused and evicted); a reload drops
 // the series of rules it removed. Logs are JSON (log/slog) on stderr,
 // denials sampled, backend failures at most one line per rule per 10 s.
 // Prometheus is imported here only, never by engine or httplimit.

@@ -374,6 +374,15 @@ func (g *gateway) close() {
 }
 
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if lc := requestConn(r); lc != nil {
+		if lc.beginRequest(r) {
+			w.Header().Set("Connection", "close")
+		}
+		defer lc.endRequest()
+		if r.Header.Get("Upgrade") != "" {
+			w = &upgradeWatch{ResponseWriter: w, lc: lc}
+		}
+	}
 	if hasControl(r.URL.Path) {
 		// A NUL or control character (%00, %09, %0d%0a once decoded) is
 		// in no route; servers cut the path at it or strip it, and so

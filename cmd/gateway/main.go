@@ -175,8 +175,9 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 	if err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("-listen: %w", err)
 	}
-	ln = newConnLimitListener(ln, c.server.maxConns, c.server.maxConnsPerIP, g.trustedPeer,
-		func(reason string) { g.metrics.connsRefused.WithLabelValues(reason).Inc() })
+	ln = newConnLimitListener(ln, c.server.connBounds(), g.trustedPeer,
+		func(reason string) { g.metrics.connsRefused.WithLabelValues(reason).Inc() },
+		func(pool string) { g.metrics.connsEvicted.WithLabelValues(pool).Inc() })
 	return g, newServer(g, c.server, log), ln, cleanup, nil
 }
 
@@ -195,6 +196,14 @@ func newServer(g *gateway, sc serverConfig, log *slog.Logger) *http.Server {
 		// request is complete, so this is the bound per connection.
 		MaxHeaderBytes: int(sc.maxHeaderBytes) - 4096,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// The handler reports each request's start and end to the
+		// connection it came on (header counting, eviction order).
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*limitedConn); ok {
+				return context.WithValue(ctx, connCtxKey{}, lc)
+			}
+			return ctx
+		},
 	}
 }
 
@@ -222,7 +231,8 @@ func (g *gateway) reload(path string, srv *http.Server) {
 	if c.server != g.server {
 		g.log.Warn("server.* settings change only at restart; the listener keeps its timeouts and bounds",
 			"read_header_timeout", srv.ReadHeaderTimeout.String(), "idle_timeout", srv.IdleTimeout.String(),
-			"max_header_bytes", g.server.maxHeaderBytes, "max_connections", g.server.maxConns,
+			"max_header_bytes", g.server.maxHeaderBytes, "max_header_fields", g.server.maxHeaderFields,
+			"max_connections", g.server.maxConns, "max_trusted_connections", g.server.maxTrustedConns,
 			"max_connections_per_ip", g.server.maxConnsPerIP)
 	}
 }

@@ -28,6 +28,7 @@ type metrics struct {
 	upstreamErrors *prometheus.CounterVec
 	reloads        *prometheus.CounterVec
 	connsRefused   *prometheus.CounterVec
+	connsEvicted   *prometheus.CounterVec
 }
 
 // engineCollector exports the key table of every in-memory limiter of the
@@ -85,11 +86,18 @@ func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
 		}, []string{"result"}),
 		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slidelimit_gateway_connections_refused_total",
-			Help: "Client connections answered 503 and closed unserved, by the bound they were over: max_connections or max_connections_per_ip.",
+			Help: "Client connections answered 503 and closed unserved, by the bound they were over: max_connections, max_trusted_connections (every connection of the pool was serving a request) or max_connections_per_ip.",
 		}, []string{"reason"}),
+		connsEvicted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slidelimit_gateway_connections_evicted_total",
+			Help: "Client connections without a request in progress (idle, or still sending a header) closed to make room for a new one in a full pool, by pool: public (max_connections) or trusted (max_trusted_connections).",
+		}, []string{"pool"}),
 	}
-	for _, r := range []string{"max_connections", "max_connections_per_ip"} {
+	for _, r := range []string{"max_connections", "max_trusted_connections", "max_connections_per_ip"} {
 		m.connsRefused.WithLabelValues(r)
+	}
+	for _, p := range []string{"public", "trusted"} {
+		m.connsEvicted.WithLabelValues(p)
 	}
 	for _, k := range []string{"timeout", "bad_gateway", "body_too_large", "client_gone"} {
 		m.upstreamErrors.WithLabelValues(k)
@@ -97,7 +105,7 @@ func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.latency, m.upstreamErrors, m.reloads, m.connsRefused,
+	m.reg.MustRegister(m.decisions, m.backendErrors, m.latency, m.upstreamErrors, m.reloads, m.connsRefused, m.connsEvicted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_gateway_requests_in_flight",
 			Help: "Requests being served now.",
