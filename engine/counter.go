@@ -12,6 +12,7 @@ import (
 // (package atomiccounter) in the one-level table (shard.Flat).
 type counterAlgo struct {
 	l       *Limiter
+	stats   *stats // l.stats, one load nearer the hot path
 	flat    *shard.Flat
 	counter atomiccounter.Counter
 	// limit is the limit in force (SetLimit): a decision loads it once, so
@@ -21,7 +22,7 @@ type counterAlgo struct {
 
 func buildCounter(l *Limiter) error {
 	c := l.cfg
-	a := &counterAlgo{l: l, counter: atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)}
+	a := &counterAlgo{l: l, stats: l.stats, counter: atomiccounter.New(c.Limit, int64(c.Window), c.Penalty)}
 	a.limit.Store(int64(c.Limit))
 	// See catchUp: 2 x 2^22 + 2 < 2^24 - atomiccounter.LateWindows.
 	l.setBounds(satMul(1<<22, l.window), satMul(atomiccounter.LateWindows/4, l.window))
@@ -37,7 +38,22 @@ func buildCounter(l *Limiter) error {
 // allow is Allow for an existing key without building a Decision, which
 // was a third of the time of a hot-key Allow; everything else (a new key,
 // a record freed or moved under us) takes the full path.
-func (a *counterAlgo) allow(key string, rel int64) bool { return a.allowHash(a.flat.Hash(key), rel) }
+//
+// allow and allowHash are one body twice (allow hashes first): the common
+// path is then one call below Limiter.Allow's.
+func (a *counterAlgo) allow(key string, rel int64) bool {
+	h := a.flat.Hash(key)
+	limit := a.limit.Load()
+	if _, rec := a.flat.Lookup(h); rec != nil {
+		st, _ := a.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, 1, uint64(limit))
+		if st != atomiccounter.Stale {
+			ok := st == atomiccounter.Allowed
+			a.stats.count(ok)
+			return ok
+		}
+	}
+	return a.decide(h, 1, int(limit), rel, false).Allowed
+}
 
 func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
 	limit := a.limit.Load()
@@ -45,7 +61,7 @@ func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
 		st, _ := a.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, 1, uint64(limit))
 		if st != atomiccounter.Stale {
 			ok := st == atomiccounter.Allowed
-			a.l.stats.count(ok)
+			a.stats.count(ok)
 			return ok
 		}
 	}
@@ -87,7 +103,7 @@ func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Dec
 			st, snap := a.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, uint32(n), uint64(limit))
 			if st != atomiccounter.Stale {
 				ok := st == atomiccounter.Allowed
-				a.l.stats.count(ok)
+				a.stats.count(ok)
 				d := Decision{Allowed: ok, Limit: limit}
 				if detail {
 					rem, retry, reset := a.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || a.l.cfg.Penalty)

@@ -45,6 +45,7 @@ import (
 // first TAT is above every word the old key had.
 type gcraAlgo struct {
 	l       *Limiter
+	stats   *stats // l.stats, one load nearer the hot path
 	flat    *shard.Flat
 	rate    atomic.Pointer[gcraRate]
 	penalty bool
@@ -76,7 +77,7 @@ func gcraToken(window time.Duration, maxLimit int) int64 {
 
 func buildGCRA(l *Limiter) error {
 	c := l.cfg
-	a := &gcraAlgo{l: l, penalty: c.Penalty, token: gcraToken(c.Window, c.MaxLimit), max: int64(c.MaxLimit)}
+	a := &gcraAlgo{l: l, stats: l.stats, penalty: c.Penalty, token: gcraToken(c.Window, c.MaxLimit), max: int64(c.MaxLimit)}
 	burst, follows := c.Burst, c.Burst == 0
 	if follows {
 		burst = c.Limit
@@ -135,16 +136,28 @@ func (a *gcraAlgo) callRule(r *gcraRate, limit int) (gcra.Rule, int) {
 	return gcra.Rule{Token: tok, Depth: min(satMul(int64(burst), tok), gcraMaxDepth)}, burst
 }
 
-func (a *gcraAlgo) allow(key string, rel int64) bool { return a.allowHash(a.flat.Hash(key), rel) }
+// allow is counterAlgo.allow for GCRA (and allowHash the same body).
+func (a *gcraAlgo) allow(key string, rel int64) bool {
+	h := a.flat.Hash(key)
+	r := a.rate.Load()
+	if _, rec := a.flat.Lookup(h); rec != nil {
+		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel, a.max), 1, r.rule, a.penalty)
+		if st != gcra.Stale {
+			ok := st == gcra.Allowed
+			a.stats.count(ok)
+			return ok
+		}
+	}
+	return a.decide(h, 1, r, r.rule, r.burst, rel, false).Allowed
+}
 
-// allowHash is counterAlgo.allowHash for GCRA.
 func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
 	r := a.rate.Load()
 	if _, rec := a.flat.Lookup(h); rec != nil {
 		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel, a.max), 1, r.rule, a.penalty)
 		if st != gcra.Stale {
 			ok := st == gcra.Allowed
-			a.l.stats.count(ok)
+			a.stats.count(ok)
 			return ok
 		}
 	}
@@ -194,7 +207,7 @@ func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, rule gcra.Rule, burst in
 			st, snap := gcra.Take(&rec.State, &rec.Hash, h, u, int64(n), rule, a.penalty)
 			if st != gcra.Stale {
 				ok := st == gcra.Allowed
-				a.l.stats.count(ok)
+				a.stats.count(ok)
 				d := Decision{Allowed: ok, Limit: burst}
 				if detail {
 					a.describe(&d, snap, n, rule, r, rel)

@@ -283,3 +283,20 @@ func TestGCRASetLimitRacesWithTheSweep(t *testing.T) {
 		t.Fatalf("limit in force %d, want the last set (100)", c.Limit)
 	}
 }
+
+func TestAlgorithmMaxLimitIsNewsBound(t *testing.T) {
+	for _, a := range Algorithms() {
+		max := a.MaxLimit()
+		l, err := New(Config{Algorithm: a, Limit: max, Window: MaxWindow, MaxMemory: 1 << 40})
+		if err != nil {
+			t.Fatalf("%v: Limit = MaxLimit() %d refused: %v", a, max, err)
+		}
+		l.Close()
+		if _, err := New(Config{Algorithm: a, Limit: max + 1, Window: MaxWindow}); !errors.Is(err, ErrInvalidConfig) {
+			t.Fatalf("%v: Limit = MaxLimit()+1 accepted", a)
+		}
+	}
+	if Algorithm(99).MaxLimit() != 0 {
+		t.Fatal("an unknown Algorithm has a MaxLimit")
+	}
+}

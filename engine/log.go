@@ -15,6 +15,7 @@ import (
 // and ring).
 type logAlgo struct {
 	l     *Limiter
+	stats *stats // l.stats, one load nearer the hot path
 	table *shard.Table
 	ring  ring.Ring       // MaxLimit slots: the most SetLimit may set
 	ticks fastdiv.Divider // ns -> ticks
@@ -29,7 +30,7 @@ type logAlgo struct {
 func buildLog(l *Limiter) error {
 	c := l.cfg
 	size := c.MaxLimit // the ring holds the last MaxLimit requests
-	a := &logAlgo{l: l, res: resolution(size, c.Window)}
+	a := &logAlgo{l: l, stats: l.stats, res: resolution(size, c.Window)}
 	a.limit.Store(int64(c.Limit))
 	a.ticks = fastdiv.New(uint64(a.res))
 	a.wq = uint32((int64(c.Window) + a.res - 1) / a.res)
@@ -69,8 +70,20 @@ func (a *logAlgo) delay(ticks uint32, rel int64) time.Duration {
 	return time.Duration(int64(ticks)*a.res - rel%a.res)
 }
 
-// allow is counterAlgo.allow for SlidingLog.
-func (a *logAlgo) allow(key string, rel int64) bool { return a.allowHash(a.table.Hash(key), rel) }
+// allow is counterAlgo.allow for SlidingLog (and allowHash the same body).
+func (a *logAlgo) allow(key string, rel int64) bool {
+	h := a.table.Hash(key)
+	limit := a.limit.Load()
+	if _, rec, slots := a.table.Lookup(h); rec != nil {
+		st, _ := a.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, a.tick(rel), 1, uint32(limit), false)
+		if st == ring.Allowed || st == ring.Denied {
+			ok := st == ring.Allowed
+			a.stats.count(ok)
+			return ok
+		}
+	}
+	return a.decide(h, 1, int(limit), rel, false).Allowed
+}
 
 func (a *logAlgo) allowHash(h uint64, rel int64) bool {
 	limit := a.limit.Load()
@@ -78,7 +91,7 @@ func (a *logAlgo) allowHash(h uint64, rel int64) bool {
 		st, _ := a.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, a.tick(rel), 1, uint32(limit), false)
 		if st == ring.Allowed || st == ring.Denied {
 			ok := st == ring.Allowed
-			a.l.stats.count(ok)
+			a.stats.count(ok)
 			return ok
 		}
 	}
@@ -124,7 +137,7 @@ func (a *logAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Decisio
 			}
 			if st != ring.Stale {
 				ok := st == ring.Allowed
-				a.l.stats.count(ok)
+				a.stats.count(ok)
 				d := Decision{Allowed: ok, Limit: limit}
 				if detail {
 					d.Remaining = int(out.Remaining)
