@@ -30,7 +30,7 @@ PROFILE_BENCH  ?= ^BenchmarkAllow$$/^counter$$/^keys=100k$$/^zipf$$
 # The engine suite with the memory floor (hash, probe, one CAS in a flat
 # heap table of the same keys) in the same rounds, so that RESULTS.md's
 # distance-to-floor ratios compare scenarios measured side by side.
-BENCH_SERIAL   := ^Benchmark(Allow|AllowN|AllowMany|Peek|NewKeys|Floor)$$/^(counter|log|heap)$$
+BENCH_SERIAL   := ^Benchmark(Allow|AllowN|AllowMany|Peek|NewKeys|Floor)$$/^(counter|log|gcra|heap)$$
 BENCH_PARALLEL := ^BenchmarkAllowParallel$$
 PEERS_SERIAL   := ^Benchmark(Allow|AllowLimit|AllowN|Peek|NewKeys)$$
 
