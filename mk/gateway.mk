@@ -1,5 +1,8 @@
 # Example gateway: cmd/gateway in front of its builtin
-# upstream, driven over loopback by the load generator's HTTP mode.
+# upstream, driven over loopback by the load generator's HTTP mode. The
+# gateway is a module of its own (cmd/gateway/go.mod: it requires
+# Prometheus, through promlimit, and the YAML decoder, which the library's
+# module does not), so it is built and tested from its directory.
 #
 #   make gateway    build bin/gateway
 #   make run-http   start bin/gateway (free ports, admin listener for
@@ -46,14 +49,14 @@ RUN_HTTP_LOADGEN_P99  ?= 10s
 RUN_HTTP_DECISION_P99 ?= 1ms
 RUN_HTTP_ADDED_P50    ?= 5ms
 
-.PHONY: gateway run-http
+.PHONY: gateway run-http gateway-test gateway-go-floor
 
 gateway:
-	$(GO) build -o $(GATEWAY_BIN) ./cmd/gateway
+	cd cmd/gateway && $(GO) build -o $(CURDIR)/$(GATEWAY_BIN) .
 
 run-http: gateway
 	$(GO) build -o bin/loadgen ./cmd/loadgen
-	$(GO) build -o bin/httpjudge ./cmd/gateway/httpjudge
+	cd cmd/gateway && $(GO) build -o $(CURDIR)/bin/httpjudge ./httpjudge
 	@mkdir -p out/gateway out/loadgen-direct out/loadgen-http && : > out/gateway/gateway.log
 	@$(GATEWAY_BIN) -config $(RUN_HTTP_CONFIG) -listen 127.0.0.1:0 -upstream builtin -pprof 127.0.0.1:0 \
 		> out/gateway/gateway.log 2> out/gateway/gateway.json.log & gw=$$!; \
@@ -91,6 +94,26 @@ run-http: gateway
 		3) echo "run-http: INCONCLUSIVE (httpjudge exit 3: the machine could not offer the load even without the gateway)";; \
 		*) echo "run-http: FAIL (httpjudge exit $$jrc: bad input)";; \
 	esac; exit $$jrc
+
+## gateway-test (make test): vet and race tests of the gateway's module
+## (./... of the root module skips it), then its tests once with the
+## oldest supported toolchain ($(GO_FLOOR), mk/compat.mk).
+TEST_EXTRA += gateway-test gateway-go-floor
+ABOUT_gateway-race := the gateway's tests under the race detector, its own module (~40 s; ~2 min cold)
+ABOUT_gateway-go-floor := the gateway's tests once, without -race, under the oldest supported Go (~40 s)
+
+gateway-test: testsummary
+	@echo "== go vet (cmd/gateway, its own module)"
+	@$(call ticking,running go vet on cmd/gateway,cd cmd/gateway && $(GO) vet ./...)
+	$(call gotest,gateway-race,$(CURDIR)/cmd/gateway,-race -count=1 ./...)
+
+gateway-go-floor: testsummary
+	@if ! GOTOOLCHAIN=$(GO_FLOOR) $(GO) version >/dev/null 2>&1; then \
+		echo "*** $(GO_FLOOR) cannot be fetched (no module proxy?): the gateway's Go 1.24 run is SKIPPED"; \
+		mkdir -p $(TEST_OUT); echo "$(GO_FLOOR) toolchain could not be fetched: the gateway module's tests did not run under Go 1.24" >> $(TEST_NOTES); \
+		exit 0; \
+	fi; set -o pipefail; cd cmd/gateway && GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -json -count=1 ./... 2>&1 | \
+		$(TESTSUM) stream -step gateway-go-floor -about "$(ABOUT_gateway-go-floor)" -tick $(TICK_S)s -o $(TEST_OUT)/gateway-go-floor.jsonl
 
 .PHONY: httplimit-bench-smoke
 ## httplimit-bench-smoke (make test): the middleware benchmarks once each, so

@@ -14,7 +14,7 @@ func TestLibrariesDoNotCompilePrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the go tool is needed: %v", err)
 	}
-	out, err := exec.Command(goBin, "list", "-deps", "../../engine", "../../httplimit", "../../redisstore").CombinedOutput()
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/slidelimit/slidelimit/engine", "github.com/slidelimit/slidelimit/httplimit", "github.com/slidelimit/slidelimit/redisstore").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}

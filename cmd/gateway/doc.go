@@ -144,5 +144,9 @@
 // refused and evicted); a reload drops
 // the series of rules it removed. Logs are JSON (log/slog) on stderr,
 // denials sampled, backend failures at most one line per rule per 10 s.
-// Prometheus is imported here only, never by engine or httplimit.
+// The rate-limiting series come from package promlimit's Collector
+// (namespace slidelimit_gateway), the proxy's and the listener's from the
+// gateway itself. The gateway is a module of its own, so that Prometheus
+// and the YAML decoder are required by it and promlimit only, never by the
+// library's module: engine and httplimit import neither.
 package main

@@ -173,7 +173,7 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 		}
 		take(r, isNew)
 		if r.eng != nil {
-			gen.engines = append(gen.engines, ruleEngine{ru.Name, r.eng})
+			gen.engines = append(gen.engines, ruleEngine{Rule: ru.Name, Limiter: r.eng})
 		}
 		ru.Limiter, ru.Limit, ru.Window, ru.Engine = r.rl, ru.Engine.Limit, ru.Engine.Window, engine.Config{}
 	}
@@ -218,12 +218,8 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 		if m == nil {
 			return // cannot happen: every rule's name is in rm
 		}
-		if int(e.Outcome) < len(m.outcome) {
-			m.outcome[e.Outcome].Inc()
-		}
-		m.latency.Observe(e.Latency.Seconds())
+		m.Observe(e)
 		if e.Err != nil && e.Outcome != httplimit.OutcomeKeyError {
-			m.backendErr.Inc()
 			if n, ok := m.errLog.tick(time.Now()); ok {
 				log.Warn("rate-limit backend failed; its on_failure policy answered", "rule", e.Rule,
 					"err", e.Err.Error(), "allowed", e.Decision.Allowed, "failures_since_last_line", n)
@@ -477,7 +473,7 @@ func (e engineStats) Stats() engine.Stats {
 	// A retired generation may close its engines while this sums; Stats
 	// on a closed engine.Limiter reads counters only, which stay valid.
 	for _, re := range gen.engines {
-		o := re.eng.Stats()
+		o := re.Limiter.Stats()
 		s.Keys += o.Keys
 		s.MaxKeys += o.MaxKeys
 		s.Allowed += o.Allowed

@@ -2,12 +2,10 @@ package main
 
 import (
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/slidelimit/slidelimit/engine"
-	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/promlimit"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -15,67 +13,33 @@ import (
 )
 
 // metrics are the gateway's Prometheus series, on a registry of its own
-// (not the global one) served at /metrics on the admin listener. Only this
-// command imports client_golang: engine and httplimit report through
-// plain hooks, so a program that imports them compiles none of it.
+// (not the global one) served at /metrics on the admin listener. The rate
+// limiting series (decisions, backend errors, decision latency, key
+// tables) come from promlimit's Collector, under the namespace
+// slidelimit_gateway; the proxy's and the listener's are the gateway's
+// own. Only this command and promlimit import client_golang: engine and
+// httplimit report through plain hooks, so a program that imports them
+// compiles none of it.
 type metrics struct {
-	mu             sync.Mutex
-	rules          map[string]bool // rule names with series; guarded by mu
 	reg            *prometheus.Registry
-	decisions      *prometheus.CounterVec
-	backendErrors  *prometheus.CounterVec
-	latency        *prometheus.HistogramVec
+	limits         *promlimit.Collector
 	upstreamErrors *prometheus.CounterVec
 	reloads        *prometheus.CounterVec
 	connsRefused   *prometheus.CounterVec
 	connsEvicted   *prometheus.CounterVec
 }
 
-// engineCollector exports the key table of every in-memory limiter of the
-// running configuration: keys tracked, and new keys that found the table
-// full of active keys (admitted untracked under eviction_policy
-// idle-allow, refused under idle-deny).
-type engineCollector struct {
-	engines func() []ruleEngine
-	keys    *prometheus.Desc
-	over    *prometheus.Desc
-}
-
 // ruleEngine is one rule's in-memory limiter.
-type ruleEngine struct {
-	rule string
-	eng  *engine.Limiter
-}
-
-func (c engineCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.keys; ch <- c.over }
-
-func (c engineCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, re := range c.engines() {
-		st := re.eng.Stats()
-		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(st.Keys), re.rule)
-		ch <- prometheus.MustNewConstMetric(c.over, prometheus.CounterValue, float64(st.Overflow), re.rule)
-	}
-}
+type ruleEngine = promlimit.Engine
 
 func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
+	limits, err := promlimit.New(promlimit.Options{Namespace: "slidelimit_gateway", Engines: engines})
+	if err != nil {
+		panic(err) // a constant namespace and the default buckets: cannot fail
+	}
 	m := &metrics{
-		rules: map[string]bool{},
-		reg:   prometheus.NewRegistry(),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slidelimit_gateway_decisions_total",
-			Help: "Rate-limit decisions per rule and outcome: allowed, denied, dry_run_denied, key_error. With stacked rules a request counts in each rule that decided it.",
-		}, []string{"rule", "outcome"}),
-		backendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slidelimit_gateway_backend_errors_total",
-			Help: "Decisions a rule's remote backend (Redis) failed to make; its failure policy answered (also counted in decisions_total).",
-		}, []string{"rule"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "slidelimit_gateway_decision_seconds",
-			Help: "The middleware's own time per request and rule: key functions and backend calls, not the upstream.",
-			// 1 us to about 1 s: in-memory decisions sit in the lowest
-			// buckets, Redis round trips around a millisecond.
-			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 21),
-		}, []string{"rule"}),
+		reg:    prometheus.NewRegistry(),
+		limits: limits,
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slidelimit_gateway_upstream_errors_total",
 			Help: "Requests the proxy could not complete, by kind: timeout (504), bad_gateway (502), body_too_large (413), client_gone.",
@@ -105,18 +69,11 @@ func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.backendErrors, m.latency, m.upstreamErrors, m.reloads, m.connsRefused, m.connsEvicted,
+	m.reg.MustRegister(m.limits, m.upstreamErrors, m.reloads, m.connsRefused, m.connsEvicted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_gateway_requests_in_flight",
 			Help: "Requests being served now.",
 		}, inflight),
-		engineCollector{
-			engines: engines,
-			keys: prometheus.NewDesc("slidelimit_gateway_keys",
-				"Keys an in-memory rule's limiter tracks now (its memory_limit_mb bounds them).", []string{"rule"}, nil),
-			over: prometheus.NewDesc("slidelimit_gateway_key_overflow_total",
-				"New keys that found an in-memory rule's key table full of active keys: admitted untracked (eviction_policy idle-allow) or refused (idle-deny). Counts from the limiter's creation; a reload that rebuilds the rule starts it again.", []string{"rule"}, nil),
-		},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -130,12 +87,11 @@ func (m *metrics) handler() http.Handler {
 }
 
 // ruleMetrics are one rule's series, resolved once per configuration so
-// that a request costs a map lookup and atomic adds, not label hashing.
+// that a request costs a map lookup and atomic adds, not label hashing,
+// and the throttle of its backend-failure log lines.
 type ruleMetrics struct {
-	outcome    [4]prometheus.Counter // by httplimit.Outcome
-	backendErr prometheus.Counter
-	latency    prometheus.Observer
-	errLog     logThrottle // backend failures: one log line per interval
+	*promlimit.Rule
+	errLog logThrottle // backend failures: one log line per interval
 }
 
 // logThrottle lets one log line through per errLogInterval and counts the
@@ -164,39 +120,14 @@ func (l *logThrottle) tick(now time.Time) (int64, bool) {
 // renamed by a reload), so /metrics lists the running configuration's
 // rules only. A retiring generation may still count into the deleted
 // children; those counts are not exported.
-func (m *metrics) retain(names []string) {
-	keep := map[string]bool{}
-	for _, n := range names {
-		keep[n] = true
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for n := range m.rules {
-		if keep[n] {
-			continue
-		}
-		delete(m.rules, n)
-		for o := range 4 {
-			m.decisions.DeleteLabelValues(n, httplimit.Outcome(o).String())
-		}
-		m.backendErrors.DeleteLabelValues(n)
-		m.latency.DeleteLabelValues(n)
-	}
-}
+func (m *metrics) retain(names []string) { m.limits.Retain(names) }
 
+// forRules returns the series of the named rules, made if new.
 func (m *metrics) forRules(names []string) map[string]*ruleMetrics {
-	out := make(map[string]*ruleMetrics, len(names))
-	for _, n := range names {
-		rm := &ruleMetrics{backendErr: m.backendErrors.WithLabelValues(n), latency: m.latency.WithLabelValues(n)}
-		for o := range rm.outcome {
-			rm.outcome[o] = m.decisions.WithLabelValues(n, httplimit.Outcome(o).String())
-		}
-		out[n] = rm
+	rules := m.limits.Rules(names)
+	out := make(map[string]*ruleMetrics, len(rules))
+	for n, r := range rules {
+		out[n] = &ruleMetrics{Rule: r}
 	}
-	m.mu.Lock()
-	for _, n := range names {
-		m.rules[n] = true
-	}
-	m.mu.Unlock()
 	return out
 }

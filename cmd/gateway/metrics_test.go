@@ -80,3 +80,42 @@ func TestKeyTableMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsKeepTheirNamesAndLabels: the rate-limiting series now come
+// from promlimit's Collector; every series the gateway exposed before
+// keeps its name, type and labels, so dashboards and alerts still work.
+func TestMetricsKeepTheirNamesAndLabels(t *testing.T) {
+	g, gw := newTestGateway(t, minimal+"  rules:\n    - {name: login, path_prefix: /login}\n", okUpstream(t).URL)
+	do(t, "GET", gw.URL+"/", nil)
+	do(t, "GET", gw.URL+"/login", nil)
+	m := scrape(t, g)
+	for _, want := range []string{
+		"# TYPE slidelimit_gateway_decisions_total counter",
+		`slidelimit_gateway_decisions_total{outcome="allowed",rule="default"} 1`,
+		`slidelimit_gateway_decisions_total{outcome="denied",rule="login"} 0`,
+		`slidelimit_gateway_decisions_total{outcome="dry_run_denied",rule="login"} 0`,
+		`slidelimit_gateway_decisions_total{outcome="key_error",rule="login"} 0`,
+		"# TYPE slidelimit_gateway_backend_errors_total counter",
+		`slidelimit_gateway_backend_errors_total{rule="login"} 0`,
+		"# TYPE slidelimit_gateway_decision_seconds histogram",
+		`slidelimit_gateway_decision_seconds_bucket{rule="login",le="1e-06"}`,
+		`slidelimit_gateway_decision_seconds_count{rule="login"} 1`,
+		"# TYPE slidelimit_gateway_keys gauge",
+		`slidelimit_gateway_keys{rule="login"} 1`,
+		"# TYPE slidelimit_gateway_key_overflow_total counter",
+		`slidelimit_gateway_key_overflow_total{rule="default"} 0`,
+		"# TYPE slidelimit_gateway_upstream_errors_total counter",
+		`slidelimit_gateway_upstream_errors_total{kind="timeout"} 0`,
+		"# TYPE slidelimit_gateway_config_reloads_total counter",
+		`slidelimit_gateway_config_reloads_total{result="ok"} 0`,
+		"# TYPE slidelimit_gateway_connections_refused_total counter",
+		`slidelimit_gateway_connections_refused_total{reason="max_connections_per_ip"} 0`,
+		"# TYPE slidelimit_gateway_requests_in_flight gauge",
+		"slidelimit_gateway_requests_in_flight 0",
+		"# TYPE go_goroutines gauge",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
