@@ -51,7 +51,7 @@ func check(t *testing.T, r *Result, name string) Check {
 }
 
 func TestHotKeyAdmitsWithinBound(t *testing.T) {
-	for _, algo := range []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter} {
+	for _, algo := range engine.Algorithms() {
 		t.Run(algo.String(), func(t *testing.T) {
 			t.Parallel()
 			c := testConfig()

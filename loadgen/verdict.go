@@ -34,11 +34,24 @@ func admission(c Config, e engine.Config, inProcess bool, s *Steady) Admission {
 		// touches floor(D/W)+2 of those. Requests in flight when the
 		// steady state began were decided in the warm-up but counted in
 		// it: Concurrency of slack.
-		extra := 2.0
-		if e.Algorithm == engine.SlidingLog {
-			extra = 1
+		algo := e.Algorithm
+		if algo == 0 {
+			algo = engine.DefaultAlgorithm
 		}
-		a.ExpectedMax = uint64(L*(windows+extra)) + uint64(c.Concurrency)
+		switch algo {
+		case engine.SlidingLog:
+			a.ExpectedMax = uint64(L*(windows+1)) + uint64(c.Concurrency)
+		case engine.GCRA:
+			// A full bucket (Burst) at the start, then one every W/L:
+			// Burst + L x D/W over the run, whatever the alignment.
+			burst := float64(e.Burst)
+			if e.Burst <= 0 {
+				burst = L
+			}
+			a.ExpectedMax = uint64(burst+L*D/W) + 1 + uint64(c.Concurrency)
+		default:
+			a.ExpectedMax = uint64(L*(windows+2)) + uint64(c.Concurrency)
+		}
 		a.Expected = math.Min(float64(answered), L*D/W)
 		// With at least two offered requests per admitted slot, each slot
 		// is reused as soon as its window passes, so at least Limit per
@@ -70,7 +83,7 @@ func admission(c Config, e engine.Config, inProcess bool, s *Steady) Admission {
 
 func algoName(a engine.Algorithm) string {
 	if a == 0 {
-		return "algorithm unknown (counter bound)"
+		a = engine.DefaultAlgorithm
 	}
 	return a.String()
 }
