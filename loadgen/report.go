@@ -97,7 +97,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{
 <title>slidelimit load test: {{.V.Outcome}}</title>
 <style>
 body { font-family: sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px; color: #222; }
-pre { background: #f6f6f6; padding: 1em; white-space: pre-wrap; overflow-wrap: anywhere; font-size: 12px; }
+pre { background: #f6f6f6; padding: 1em; white-space: pre; overflow-x: auto; max-width: 100%; box-sizing: border-box; font-size: 12px; }
 table { border-collapse: collapse; margin: 1em 0; }
 td, th { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
 .pass { color: #060; font-weight: bold; }
@@ -121,7 +121,7 @@ svg { background: #fff; border: 1px solid #ddd; max-width: 100%; height: auto; }
 <p>{{.V.Summary}}.</p>
 {{if .V.Why}}<p>{{if eq .Class "inconclusive"}}Why:{{else}}The machine was busy:{{end}}</p>
 <ul>{{range .V.Why}}<li>{{.}}</li>{{end}}</ul>{{end}}
-{{if .V.Trust}}<p>Figures to trust (the limiter's own: they do not depend on the CPU the process got):</p>
+{{if .V.Trust}}<p>Figures to trust (the limiter's own: percentiles of the calls themselves, which waiting for a CPU between calls does not reach):</p>
 <ul>{{range .V.Trust}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{range .V.Notes}}<p>Note: {{.}}.</p>{{end}}
 </div>
@@ -355,6 +355,7 @@ func curveSVG(r *Result) string {
 	c.line(&b, &labels, []float64{0, c.x1}, []float64{obj, obj}, "#000", "P99 objective", true)
 	c.drawLabels(&b, labels)
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999" stroke-dasharray="2,3"/>`, c.px(2), c.top, c.px(2), c.h-c.bottom)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="start" fill="#666">p99</text>`, c.px(2)+4, c.top+12)
 	b.WriteString(`</svg>`)
 	return b.String()
 }

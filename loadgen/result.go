@@ -389,7 +389,7 @@ func (r *Result) WriteVerdict(w io.Writer) error {
 		fmt.Fprintf(&b, "  %s %s\n", label, why)
 	}
 	if len(v.Trust) > 0 {
-		fmt.Fprintf(&b, "  trust: %s (the limiter's own figures: they do not depend on the CPU the process got)\n", strings.Join(v.Trust, "; "))
+		fmt.Fprintf(&b, "  trust: %s (the limiter's own figures: percentiles of the calls themselves, which waiting for a CPU between calls does not reach)\n", strings.Join(v.Trust, "; "))
 	}
 	for _, n := range v.Notes {
 		fmt.Fprintf(&b, "  note:  %s\n", n)

@@ -113,9 +113,13 @@ func verdict(c Config, r *Result, boundary uint64) []Check {
 	// holds on a busy machine and always decides against the limiter.
 	svc := Check{
 		Name: "limiter service time p99", Objective: "< " + FormatDuration(int64(o.ServiceP99)),
-		Measured: fmt.Sprintf("%s (max %s)", FormatDuration(s.Service.P99), FormatDuration(s.Service.Max)),
+		Measured: FormatDuration(s.Service.P99),
 		Pass:     s.Service.P99 < int64(o.ServiceP99), Counted: !http,
-		Note: "the call alone, the limiter's own time; holds on a busy machine",
+		// The max is left out of the figure: one call descheduled by the
+		// OS in the middle is the max on a busy machine, and it is no
+		// property of the limiter; the p99 is, short of starvation in
+		// more than 1 % of calls.
+		Note: fmt.Sprintf("the call alone, the limiter's own time (max %s: a call preempted midway)", FormatDuration(s.Service.Max)),
 	}
 	if http {
 		svc.Name, svc.Objective, svc.Pass = "service time p99", "reported", true

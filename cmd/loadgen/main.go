@@ -214,7 +214,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	if cfg.Progress != nil {
-		fmt.Fprintf(stdout, "loadgen: %v warm-up, then %v measured; one progress line per %v, the verdict at the end\n", cfg.Warmup, cfg.Duration, cfg.Interval)
+		fmt.Fprintf(stdout, "loadgen: %v warm-up, then %v measured; one progress line per %v, then the verdict first and the figures after it\n", cfg.Warmup, cfg.Duration, cfg.Interval)
 	}
 	res, err := loadgen.Run(ctx, cfg)
 	if err != nil {
