@@ -15,7 +15,7 @@ import (
 	"github.com/slidelimit/slidelimit/internal/offheap"
 )
 
-// The floor (issue 13): what one decision costs at the memory floor, on the
+// The floor: what one decision costs at the memory floor, on the
 // same key stream as BenchmarkAllow. A decision here is: hash the key
 // (keyhash, the hash the tables should use), probe a flat one-level
 // open-addressing table whose 16-byte slots hold the key's hash beside its

@@ -6,7 +6,7 @@
 //   - ours: redisstore.Store, SlidingLog and SlidingCounter (one Lua script,
 //     one round trip per decision);
 //   - redis_rate: github.com/go-redis/redis_rate/v10 (GCRA, one script);
-//   - zset-multi: the plain MULTI pipeline ZSET log of seed 002
+//   - zset-multi: the plain MULTI pipeline ZSET log (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE in one MULTI), the textbook Redis sliding log
 //     (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE), which records denied requests
 //     too and has no atomic check-then-add;
 //   - hybrid: redisstore.Hybrid, in-memory decisions against leases renewed

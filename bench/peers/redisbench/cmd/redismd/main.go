@@ -88,7 +88,7 @@ func run(in, out, cmd string) error {
 			num(median(r.metrics["allowed-%"]), 1), num(median(r.metrics["admitted/s"]), 0), num(median(r.metrics["allocs/op"]), 0),
 			num(median(r.metrics["srv-µs/decision"]), 2), num(median(r.metrics["script-µs/call"]), 2))
 	}
-	b.WriteString("\nours = redisstore.Store (one Lua script per decision); redis_rate = github.com/go-redis/redis_rate/v10 (GCRA); zset-multi = the MULTI pipeline ZSET log of seed 002; hybrid = redisstore.Hybrid (leases renewed every 5 ms in pipelined batches).\n")
+	b.WriteString("\nours = redisstore.Store (one Lua script per decision); redis_rate = github.com/go-redis/redis_rate/v10 (GCRA); zset-multi = the MULTI pipeline ZSET log (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE in one MULTI), the textbook Redis sliding log; hybrid = redisstore.Hybrid (leases renewed every 5 ms in pipelined batches).\n")
 	writeRatios(&b, byName)
 	return os.WriteFile(out, []byte(b.String()), 0o644)
 }
