@@ -28,16 +28,19 @@ import (
 //
 // A connection over the per-address bound is answered 503 and closed
 // without being served. One that finds its pool full takes the place of
-// the pool's connection that has waited longest without a request in
-// progress (idle in keep-alive, or still sending its request header,
-// however slowly), which is closed; only a pool whose every connection
-// is serving a request (or upgraded) refuses, with 503. The trade-off:
-// addresses that open connections and send nothing can no longer hold the
-// pool for read_header_timeout_ms, but under such a flood a legitimate
-// client that takes long over its header, or sits idle in keep-alive,
-// loses its connection to a newcomer (nginx likewise closes idle
-// keep-alive connections when it runs out); a request in progress is
-// never cut.
+// the pool's connection that has been sending its request the longest
+// without the gateway working on it (idle in keep-alive, still sending
+// its header, or still sending the body the gateway buffers before it
+// contacts the upstream, however slowly), which is closed; only a pool
+// whose every connection is being served (the upstream has the request,
+// or the response is going out, or the connection was upgraded) refuses,
+// with 503. The trade-off: addresses that open connections and send
+// nothing, or trickle a header or a body, can no longer hold the pool for
+// read_header_timeout_ms or client_body_timeout_ms per byte, but under
+// such a flood a legitimate client that takes long over its request, or
+// sits idle in keep-alive, loses its connection to a newcomer (nginx
+// likewise closes idle keep-alive connections when it runs out); a
+// request the upstream has is never cut.
 type connLimitListener struct {
 	net.Listener
 	perIP     int                   // < 0: no bound
@@ -109,11 +112,13 @@ func connKey(a netip.Addr) netip.Addr {
 	return a
 }
 
-// Connection states (limitedConn.state).
+// Connection states (limitedConn.state). Idle and receiving connections
+// are evictable.
 const (
-	connIdle int32 = iota // no request in progress: evictable
-	connBusy              // a handler is running, or the connection was upgraded
-	connGone              // closed, or evicted (its slot already handed on)
+	connIdle      int32 = iota // no request in progress
+	connBusy                   // a handler is running, or the connection was upgraded
+	connGone                   // closed, or evicted (its slot already handed on)
+	connReceiving              // a handler is buffering the request body, the upstream not yet contacted
 )
 
 func (l *connLimitListener) admit(c net.Conn) (*limitedConn, string) {
@@ -163,26 +168,29 @@ func (l *connLimitListener) admit(c net.Conn) (*limitedConn, string) {
 	return lc, ""
 }
 
-// longestIdle claims (idle to gone) the pool's connection that has been
-// idle the longest, or returns nil if every one is busy. A connection
-// that turns busy while this looks is skipped: its request goes on.
-// Caller holds l.mu.
+// longestIdle claims (to gone) the pool's idle or receiving connection
+// that has been sending its request the longest (idleSince: the end of
+// its last request, or its accept), or returns nil if every one is busy.
+// A connection that turns busy while this looks is skipped: its request
+// goes on. Caller holds l.mu.
 func (p *connPool) longestIdle() *limitedConn {
 	for range 4 {
 		var best *limitedConn
 		var since int64
+		var was int32
 		for c := range p.conns {
-			if c.state.Load() != connIdle {
+			st := c.state.Load()
+			if st != connIdle && st != connReceiving {
 				continue
 			}
 			if s := c.idleSince.Load(); best == nil || s < since {
-				best, since = c, s
+				best, since, was = c, s, st
 			}
 		}
 		if best == nil {
 			return nil
 		}
-		if best.state.CompareAndSwap(connIdle, connGone) {
+		if best.state.CompareAndSwap(was, connGone) {
 			return best
 		}
 	}
@@ -290,7 +298,24 @@ func (c *limitedConn) endRequest() {
 		return
 	}
 	c.idleSince.Store(time.Now().UnixNano())
-	c.state.CompareAndSwap(connBusy, connIdle)
+	if !c.state.CompareAndSwap(connBusy, connIdle) {
+		c.state.CompareAndSwap(connReceiving, connIdle)
+	}
+}
+
+// receiving marks the connection evictable while its handler buffers the
+// request body (on), busy again once the body is in (off). The order of
+// eviction stays the request's start (idleSince is left alone): a client
+// trickling its body has been sending its request since then. Nil-safe.
+func (c *limitedConn) receiving(on bool) {
+	if c == nil {
+		return
+	}
+	if on {
+		c.state.CompareAndSwap(connBusy, connReceiving)
+	} else {
+		c.state.CompareAndSwap(connReceiving, connBusy)
+	}
 }
 
 // upgrade is called as the connection is hijacked for a protocol

@@ -240,6 +240,53 @@ func TestIdleConnectionsMakeRoomInAFullPool(t *testing.T) {
 	}
 }
 
+// TestSlowBodiesMakeRoomInAFullPool: connections trickling the body the
+// gateway buffers before it contacts the upstream (a slow POST) were
+// busy, and so could hold a full pool as connections sending nothing no
+// longer can; they are evicted like them, the one sending longest first.
+func TestSlowBodiesMakeRoomInAFullPool(t *testing.T) {
+	up, _ := countUpstream(t)
+	addr, g := startGateway(t, minimal+"server:\n  max_connections: 2\n  max_connections_per_ip: -1\n", up.URL)
+	var slow []net.Conn
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nx")
+		slow = append(slow, c)
+		time.Sleep(10 * time.Millisecond) // slow[0] has been sending longest
+	}
+	// The slow requests' handlers reach the body soon after they start;
+	// until then their connections are busy and a newcomer gets 503.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+		code := readStatus(t, c)
+		c.Close()
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a new connection to a pool full of slow bodies: %d, want 200", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = slow[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	// Closed: EOF, or a reset; a timeout means it is still open.
+	if _, err := io.Copy(io.Discard, slow[0]); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the slow body sending longest: %v, want its connection closed", err)
+	}
+	if v := testutilCounter(t, g.metrics, "slidelimit_gateway_connections_evicted_total", `pool="public"`); v < 1 {
+		t.Errorf("connections_evicted_total{pool=public} = %v, want at least 1", v)
+	}
+}
+
 // TestMaxTrustedConnectionsBoundsTheProxiesPool: the trusted proxies'
 // pool has its own bound; with both pools busy, either side gets 503.
 func TestMaxTrustedConnectionsBoundsTheProxiesPool(t *testing.T) {

@@ -60,16 +60,23 @@
 // max_trusted_connections (4096), beside everyone else's max_connections
 // (4096), so direct clients cannot lock the proxies out. A connection
 // that finds its pool full takes the place of the pool's connection that
-// has waited longest without a request in progress (idle in keep-alive,
-// or still sending its header), which is closed and counted in
-// slidelimit_gateway_connections_evicted_total{pool}; only a pool whose
-// every connection is serving a request answers 503, counted in
-// slidelimit_gateway_connections_refused_total{reason}. The trade-off:
-// connections that send nothing can no longer hold a pool for
-// read_header_timeout_ms (60 s), but under such a flood a legitimate
-// client slow over its header, or idle in keep-alive, loses its
-// connection to a newcomer (nginx too closes idle keep-alive connections
-// when it runs out); a request in progress is never cut. 300 connections
+// has been sending its request the longest without the gateway working
+// on it (idle in keep-alive, still sending its header, or still sending
+// the body the gateway buffers before it contacts the upstream), which is
+// closed and counted in slidelimit_gateway_connections_evicted_total{pool};
+// only a pool whose every connection is being served (the upstream has
+// its request, its response is going out, or it was upgraded) answers
+// 503, counted in slidelimit_gateway_connections_refused_total{reason}.
+// The trade-off: connections that send nothing, or trickle a header or a
+// body, can no longer hold a pool for read_header_timeout_ms (60 s) or
+// client_body_timeout_ms (60 s a byte), but under such a flood a
+// legitimate client slow over its request, or idle in keep-alive, loses
+// its connection to a newcomer (nginx too closes idle keep-alive
+// connections when it runs out); a request the upstream has is never cut.
+// What still holds a slot is a request being served: a slow upstream, or
+// a client slow to read its response (client_send_timeout_ms between two
+// writes); the rate limits bound how many such requests a client starts.
+// 300 connections
 // from one address each holding an unfinished header add about 3 MB
 // (512 kB headers: 431 at 32 KiB) to 13 MB (30 kB headers, held) of heap,
 // 256 holding 4000 tiny header lines each about 8 MB (431 at the 101st

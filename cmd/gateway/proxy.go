@@ -130,7 +130,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			st.body.handlerDone.Store(true)
 		}()
 		if p.pc.buffering {
+			// Until the body is in, the connection may be evicted for a
+			// newcomer like one still sending its header.
+			lc := requestConn(r)
+			lc.receiving(true)
 			sp, err := bufferBody(st.body, r.ContentLength, p.pc.bodyMemory)
+			lc.receiving(false)
 			if err != nil {
 				p.refuseBody(w, r, err)
 				return
