@@ -14,90 +14,149 @@ import (
 // handed to Redis in the server's own clock and the script can refuse work
 // that arrives after it (see "Deadlines" in the package documentation).
 //
-// A reply read at local time recv carries the server's time S, taken while
-// the script ran, so before recv: S - recv <= offset (minus a microsecond
-// for truncation). The estimate is the largest such bound seen in the
-// current period of clockPeriod (the fastest reply's), so it is never above
-// the true offset while the server's clock does not step back against ours.
-// It is trusted only while it is fresh: while less than clockPeriod has
-// passed since the latest reply of its period was read (seen). A stale or
-// missing one is refreshed by reading the server's TIME before the call
-// (one more round trip, see Store.offset). So a client that hears from a
-// server at least once a clockPeriod never pays that round trip, and a
-// step back of the server's clock (or a failover to a server whose clock
-// is behind) misleads only the calls sent less than two periods after it:
-// an estimate made before the step is replaced by the first reply of the
-// next period, or goes stale a period after the last reply it had.
+// A reply sent at local time sent and read at recv carries the server's
+// time S, taken while the script ran, between the two: so S - recv <=
+// offset <= S - sent (a microsecond either way for truncation). The
+// estimate is the interval [lo, hi] of the replies of the current period
+// of clockPeriod (the intersection of theirs), and lo is the offset used,
+// never above the true offset while the server's clock does not step back.
 //
-// The bound is an int64 of µs: any offset (hours, days, a clock restored
-// from an old snapshot) is learned.
+// Only replies known to be this server's feed it: a clock read (a seed,
+// which replaces it) and replies whose interval meets it (within
+// clockTolerance, the drift of a period). A reply that does not meet it
+// came from another server (a cluster's ASK redirection during a slot
+// migration, a Ring that moved the key's tag to another shard) or from a
+// server whose clock stepped: it does not feed the estimate but drops it,
+// so the next call reads the server's clock first. Such replies cannot lend
+// this server another's offset, and a step of the server's clock by more
+// than a round trip (and clockTolerance) misleads only the calls already
+// sent when its first reply after the step is read.
+//
+// It is trusted only while it is fresh: less than clockPeriod after the
+// latest reply that fed it (seen), measured on the monotonic clock, and
+// while this process's wall clock has kept pace with its monotonic clock
+// since the estimate was made (within clockTolerance): a step of the local
+// wall clock, either way, invalidates it at once. A stale or missing one is
+// refreshed by reading the server's TIME before the call (one more round
+// trip, see Store.offset). So a client that hears from a server at least
+// once a clockPeriod never pays that round trip.
+//
+// The bounds are int64 µs: any offset (hours, days, a clock restored from
+// an old snapshot) is learned.
 type nodeClock struct {
 	est  atomic.Pointer[estimate]
-	seen atomic.Int64 // wall µs of the latest reply read; counts for est only in est's period
+	seen atomic.Int64 // monotonic ns (see instant) of the latest reply that fed est
+	// direct, for a cluster master, is its node client: a clock read sent
+	// to it directly cannot be redirected to another server.
+	direct atomic.Pointer[redis.Client]
 }
 
-// estimate is one period's best bound; immutable once published, so a
-// reader sees period and bound of one reply. A new one is allocated only
-// when it improves the estimate (a new period, or a faster reply).
+// estimate is one period's interval; immutable once published, so a reader
+// sees the bounds and the instant of one update.
 type estimate struct {
-	recv  int64 // wall µs when the reply that made it was read; its period is recv / clockPeriod
-	bound int64 // µs
+	at     instant // when the reply that started it was read; its period is at.mono / clockPeriodNS
+	lo, hi int64   // µs
+}
+
+// instant is a moment in this process's wall clock (µs since the epoch)
+// and its monotonic clock (ns since clockBase), read together: their
+// difference moves only when the wall clock is stepped or slewed.
+type instant struct {
+	wall, mono int64
+}
+
+var clockBase = time.Now()
+
+// instantOf converts t, which must come from time.Now (it carries the
+// monotonic reading).
+func instantOf(t time.Time) instant {
+	return instant{wall: t.UnixMicro(), mono: int64(t.Sub(clockBase))}
+}
+
+// samePace reports whether the wall clock kept pace with the monotonic
+// clock from a to b, within clockTolerance.
+func (a instant) samePace(b instant) bool {
+	d := (b.wall - a.wall) - (b.mono-a.mono)/1000
+	return d <= clockTolerance && d >= -clockTolerance
 }
 
 // clockPeriod is how long a bound is kept as the best of its period before
 // a new period starts from fresh replies, and how long an estimate is
-// trusted after the latest reply of its period (µs).
-const clockPeriod = int64(time.Second / time.Microsecond)
+// trusted after the latest reply that fed it (µs; clockPeriodNS in ns).
+const (
+	clockPeriod   = int64(time.Second / time.Microsecond)
+	clockPeriodNS = int64(time.Second)
+	// clockTolerance (µs) covers a period of drift and slewing (NTP slews
+	// at most 500 ppm): replies within it of the estimate are this
+	// server's, and wall and monotonic clocks within it keep pace.
+	clockTolerance = int64(time.Millisecond / time.Microsecond)
+)
 
-// observe records a reply: the server's time serverUS, read by this
-// process at wall time recvUS. nil ignores it.
-func (n *nodeClock) observe(serverUS, recvUS int64) {
-	if n == nil {
-		return
+// observe records a reply: the server's time serverUS, in a call sent at
+// sent and read at recv. seed says it answered a clock read sent to this
+// server: it replaces the estimate. nil ignores it.
+func (n *nodeClock) observe(serverUS int64, sent, recv instant, seed bool) {
+	if n == nil || !sent.samePace(recv) {
+		return // the local wall clock stepped during the call: its bounds mean nothing
 	}
-	v := estimate{recv: recvUS, bound: serverUS - recvUS - 1}
-	p := recvUS / clockPeriod
+	v := &estimate{at: recv, lo: serverUS - recv.wall - 1, hi: serverUS - sent.wall + 1}
 	for {
 		old := n.est.Load()
-		if old != nil && (old.recv/clockPeriod > p || old.recv/clockPeriod == p && old.bound >= v.bound) {
-			break
-		}
 		nv := v
-		if n.est.CompareAndSwap(old, &nv) {
+		if !seed && old == nil {
+			return // only a clock read, sent to this server, makes one
+		}
+		if !seed {
+			if !old.at.samePace(recv) || v.lo > old.hi+clockTolerance || v.hi < old.lo-clockTolerance {
+				// Another server's reply, or a step of either clock:
+				// it does not feed the estimate, and drops it, so the
+				// next call reads this server's clock first. (Kept, it
+				// would go on misjudging deadlines for a period after a
+				// step: refusing every call as late if the server's
+				// clock went forward, risking ghost writes if back.)
+				n.est.CompareAndSwap(old, nil)
+				return
+			}
+			op, p := old.at.mono/clockPeriodNS, recv.mono/clockPeriodNS
+			if p < op {
+				break // an old period's reply read late; it still vouches for est
+			}
+			if p == op {
+				if v.lo <= old.lo && v.hi >= old.hi {
+					break
+				}
+				nv = &estimate{at: old.at, lo: max(old.lo, v.lo), hi: min(old.hi, v.hi)}
+			}
+		}
+		if n.est.CompareAndSwap(old, nv) {
 			break
 		}
 	}
 	// After est: a reader that sees this reply's time also sees an
-	// estimate of its period or later (or takes est's own recv).
+	// estimate it fed, or a later one.
 	for {
 		s := n.seen.Load()
-		if recvUS <= s || n.seen.CompareAndSwap(s, recvUS) {
+		if recv.mono <= s || n.seen.CompareAndSwap(s, recv.mono) {
 			return
 		}
 	}
 }
 
-// offset returns the estimate if it is fresh at wall time nowUS, else 0 and
-// false.
-func (n *nodeClock) offset(nowUS int64) (int64, bool) {
+// offset returns the estimate's lower bound if it is fresh at now, else 0
+// and false.
+func (n *nodeClock) offset(now instant) (int64, bool) {
 	if n == nil {
 		return 0, false
 	}
 	e := n.est.Load()
-	if e == nil {
+	if e == nil || !e.at.samePace(now) {
 		return 0, false
 	}
-	last := n.seen.Load()
-	if last/clockPeriod != e.recv/clockPeriod || last < e.recv {
-		// A reply of another period (a later one, whose estimate this
-		// load missed; or an old one read late): only est's own time
-		// vouches for it.
-		last = e.recv
-	}
-	if nowUS-last >= clockPeriod {
+	last := max(n.seen.Load(), e.at.mono)
+	if now.mono-last >= clockPeriodNS || now.mono < e.at.mono {
 		return 0, false
 	}
-	return e.bound, true
+	return e.lo, true
 }
 
 // serverClock holds one nodeClock per server: the servers' clocks differ,
@@ -110,11 +169,16 @@ func (n *nodeClock) offset(nowUS int64) (int64, bool) {
 //     in go-redis's slot map (MasterForKey, no round trip). While a slot
 //     moves (resharding, failover) go-redis may still name the old master
 //     for a call that MOVED or ASK send to the new one: that call is judged
-//     with the old master's estimate, and its reply feeds it, off by the
-//     skew between the two servers, until go-redis's map catches up.
+//     with the old master's estimate (its own risk: its deadline is off by
+//     the skew between the two servers), and its reply, which does not
+//     meet that estimate, does not feed it. A master's clock is read from
+//     its own node client, which never follows a redirection.
 //   - *redis.Ring, whose shard for a key go-redis does not expose: one clock
 //     per hash tag (a tag names one shard). A tag whose estimate is not
-//     fresh reads its shard's TIME first, like any stale estimate.
+//     fresh reads its shard's TIME first, like any stale estimate; when the
+//     Ring moves the tag to another shard, that shard's replies do not meet
+//     the old estimate (unless the two clocks agree within a round trip),
+//     so it goes stale and is read again from the new shard.
 type serverClock struct {
 	single  *nodeClock
 	cluster *redis.ClusterClient
@@ -175,6 +239,7 @@ func (c *serverClock) node(ctx context.Context, name string, t uint16) *nodeCloc
 		c.byAddr[addr] = nc
 	}
 	c.mu.Unlock()
+	nc.direct.Store(m)
 	c.routes[t].Store(&route{master: m, clock: nc})
 	return nc
 }

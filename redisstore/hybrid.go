@@ -573,11 +573,13 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 	// loop until its deadline.
 	send := h.mono()
 	recv := send
-	var recvWall time.Time
-	err := h.s.roundTrip(context.Background(), func(ctx context.Context, dlWall int64) error {
+	var sentWall, recvWall time.Time
+	err := h.s.roundTrip(context.Background(), func(ctx context.Context, deadline time.Time) error {
 		if err := h.offsets(ctx, jobs); err != nil {
 			return err
 		}
+		sentWall = time.Now()
+		dlWall := serverDeadline(sentWall, deadline)
 		err := h.pipeline(ctx, jobs, cmds, "evalsha", dlWall, nil)
 		var again []int
 		for i, c := range cmds {
@@ -610,7 +612,7 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 		// pipeline's error is its cause (go-redis leaves such a command
 		// without an error of its own when the dial itself failed).
 		if c := cmds[i]; c != nil && c.Err() == nil && (err == nil || len(c.Val()) > 0) {
-			r, cerr = h.s.reply(j.nc, c.Val(), recvWall)
+			r, cerr = h.s.reply(j.nc, c.Val(), sentWall, recvWall, false)
 		} else if c != nil && cerr == nil {
 			cerr = c.Err()
 		}
@@ -625,12 +627,21 @@ func (h *Hybrid) sendChunk(jobs []*job) {
 // one pipeline the TIME of the servers whose estimate is missing or stale
 // (see nodeClock), once per server.
 func (h *Hybrid) offsets(ctx context.Context, jobs []*job) error {
-	now := time.Now().UnixMicro()
+	now := instantOf(time.Now())
 	var stale map[*nodeClock]*redis.IntSliceCmd
+	var direct map[*nodeClock]string
 	for _, j := range jobs {
 		j.nc = h.s.clock.node(ctx, j.e.name, j.e.tag)
 		var ok bool
 		if j.off, ok = j.nc.offset(now); !ok {
+			if j.nc.direct.Load() != nil {
+				// A cluster master: read from its own node client.
+				if direct == nil {
+					direct = map[*nodeClock]string{}
+				}
+				direct[j.nc] = j.e.name
+				continue
+			}
 			if stale == nil {
 				stale = map[*nodeClock]*redis.IntSliceCmd{}
 			}
@@ -639,26 +650,38 @@ func (h *Hybrid) offsets(ctx context.Context, jobs []*job) error {
 			}
 		}
 	}
-	if stale == nil {
+	if stale == nil && direct == nil {
 		return nil
 	}
-	p := h.s.cfg.Client.Pipeline()
-	for _, c := range stale {
-		_ = p.Process(ctx, c)
-	}
-	if _, err := p.Exec(ctx); err != nil {
-		return err
-	}
-	recv := time.Now().UnixMicro()
-	for nc, c := range stale {
-		h.s.clockReads.Add(1)
-		if _, err := h.s.reply(nc, c.Val(), time.UnixMicro(recv)); err != nil {
+	offs := map[*nodeClock]int64{}
+	for nc, name := range direct {
+		off, err := h.s.readClock(ctx, nc, name)
+		if err != nil {
 			return err
+		}
+		offs[nc] = off
+	}
+	if stale != nil {
+		p := h.s.cfg.Client.Pipeline()
+		for _, c := range stale {
+			_ = p.Process(ctx, c)
+		}
+		sent := time.Now()
+		if _, err := p.Exec(ctx); err != nil {
+			return err
+		}
+		recv := time.Now()
+		for nc, c := range stale {
+			h.s.clockReads.Add(1)
+			if _, err := h.s.reply(nc, c.Val(), sent, recv, true); err != nil {
+				return err
+			}
+			offs[nc] = c.Val()[4] - recv.UnixMicro() - 1
 		}
 	}
 	for _, j := range jobs {
-		if stale[j.nc] != nil {
-			j.off, _ = j.nc.offset(recv)
+		if off, ok := offs[j.nc]; ok {
+			j.off = off
 		}
 	}
 	return nil

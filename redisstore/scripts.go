@@ -278,12 +278,16 @@ return {allowed and 1 or 0, remaining, retry, reset, real}
 //
 // A stored window ahead of now means a clock that went back. With the
 // server's TIME (rebase: an NTP step back, a failover to a server whose
-// clock is behind) its counts are moved to now's window and stored so,
-// with the TTL of two windows: left ahead, they would hold the key for the
-// size of the step (and every denial would restart the wait), where moved
-// they age out as any window's do, within two windows of the step; they
-// were counted no later than now in real time, so nothing extra is
-// admitted.
+// clock is behind) both its counts are folded into now's window, at full
+// weight, and stored so, with the TTL of two windows: left ahead, they
+// would hold the key for the size of the step (and every denial would
+// restart the wait), where moved they age out as any window's do, within
+// two windows of the step. Both, not the previous window as the previous
+// one: now lies early in the stored window's past, where that count's
+// weight (W-e)/W would drop to about nothing and forgive requests made
+// moments ago. Folded, the estimate p*(W-e)/W + c never drops below what
+// it was before the step (p + c >= that), and every request was counted no
+// later than now in real time, so nothing extra is admitted.
 // With a Config.Clock (tests, the engine's semantics: time never goes back
 // for a key) the stored window is used as is, at its start.
 const counterState = `
@@ -299,7 +303,7 @@ if v and #v == 16 then
   elseif sw == w - 1 then
     prev = sc
   elseif sw > w and rebase then
-    prev, cur = sp, sc
+    cur = math.min(sp + sc, 1048575)
     redis.call('SET', K, struct.pack('>dI4I4', w, prev, cur), 'PX', math.floor((2 * W + 999) / 1000) + 1)
   elseif sw > w then
     w, e, prev, cur = sw, 0, sp, sc

@@ -275,7 +275,7 @@ var errLate = errors.New("reached redis after its deadline")
 // (see nodeClock). It returns the reply's first four integers.
 func (s *Store) eval(ctx context.Context, sc *script, name string, t uint16, argv []any, dlAt int) ([4]int64, error) {
 	var out [4]int64
-	err := s.roundTrip(ctx, func(ctx context.Context, dlWall int64) error {
+	err := s.roundTrip(ctx, func(ctx context.Context, deadline time.Time) error {
 		nc := s.clock.node(ctx, name, t)
 		off, err := s.offset(ctx, nc, name)
 		if err != nil {
@@ -284,16 +284,41 @@ func (s *Store) eval(ctx context.Context, sc *script, name string, t uint16, arg
 		a := make([]any, 4+len(argv))
 		a[0], a[1], a[2], a[3] = "evalsha", sc.shaArg, oneKey, name
 		copy(a[4:], argv)
-		a[4+dlAt] = dlWall + off
+		sent := time.Now()
+		a[4+dlAt] = serverDeadline(sent, deadline) + off
 		cmd, err := s.run(ctx, sc, a)
 		if err != nil {
 			return err
 		}
-		r, err := s.reply(nc, cmd.Val(), time.Now())
+		r, err := s.reply(nc, cmd.Val(), sent, time.Now(), false)
 		copy(out[:], r[:])
 		return err
 	})
 	return out, err
+}
+
+// serverDeadline is the deadline, in this process's wall µs, by which the
+// server must run a call sent at sent that the client gives up on at
+// deadline (the caller adds the server's clock offset): seven eighths of
+// the time left. It is taken when the call is sent, after any clock read,
+// so that the read's round trip comes out of the whole budget, not out of
+// the server's share.
+//
+// The offset used is a lower bound, low by the one-way delay of the reply
+// that made it (see nodeClock), which moves the server's deadline that much
+// earlier still: the server runs the call only if it does so at least one
+// way back (as that reply took) plus the eighth before the client gives
+// up. So the eighth is the margin for a reply slower than that one; a call
+// refused though its reply came back in time is not held against the
+// server (see roundTrip). With a 50 ms Timeout and 10 ms each way, a call
+// that first reads the clock (20 ms) reaches the server at 30 ms, 6 ms
+// before the last moment it is run.
+func serverDeadline(sent, deadline time.Time) int64 {
+	left := deadline.Sub(sent)
+	if left < 0 {
+		left = 0
+	}
+	return sent.UnixMicro() + int64((left-left/8)/time.Microsecond)
 }
 
 // run sends the script command a (a[0], a[1] = "evalsha", sc.shaArg), and
@@ -310,34 +335,55 @@ func (s *Store) run(ctx context.Context, sc *script, a []any) (*redis.IntSliceCm
 }
 
 // offset returns nc's estimate of the server's clock offset, reading the
-// server's TIME first (through the key name, so that a cluster routes it to
-// the key's server) when the estimate is missing or stale: no call is sent
-// with a deadline converted by an estimate made more than a second before.
+// server's TIME first when the estimate is missing or stale: no call is
+// sent with a deadline converted by an estimate older than a second, or
+// made before the local wall clock stepped.
 func (s *Store) offset(ctx context.Context, nc *nodeClock, name string) (int64, error) {
-	if off, ok := nc.offset(time.Now().UnixMicro()); ok {
+	if off, ok := nc.offset(instantOf(time.Now())); ok {
 		return off, nil
 	}
+	return s.readClock(ctx, nc, name)
+}
+
+// readClock reads the server's TIME, seeds nc with it and returns the
+// offset's lower bound. A cluster master's is read from its own node
+// client (nc.direct), which cannot be redirected to another server; other
+// servers' by a script on the key name, which goes where the call will.
+func (s *Store) readClock(ctx context.Context, nc *nodeClock, name string) (int64, error) {
 	s.clockReads.Add(1)
-	cmd, err := s.run(ctx, timeScript, []any{"evalsha", timeScript.shaArg, oneKey, name})
-	if err != nil {
-		return 0, err
+	sent := time.Now()
+	var server int64
+	if d := nc.direct.Load(); d != nil {
+		tm, err := d.Time(ctx).Result()
+		if err != nil {
+			return 0, err
+		}
+		server = tm.UnixMicro()
+	} else {
+		cmd, err := s.run(ctx, timeScript, []any{"evalsha", timeScript.shaArg, oneKey, name})
+		if err != nil {
+			return 0, err
+		}
+		r := cmd.Val()
+		if len(r) != 5 {
+			return 0, fmt.Errorf("script returned %d values, want 5", len(r))
+		}
+		server = r[4]
 	}
 	recv := time.Now()
-	if _, err := s.reply(nc, cmd.Val(), recv); err != nil {
-		return 0, err
-	}
-	off, _ := nc.offset(recv.UnixMicro())
-	return off, nil
+	nc.observe(server, instantOf(sent), instantOf(recv), true)
+	return server - recv.UnixMicro() - 1, nil
 }
 
 // reply checks a script's reply, feeds its server time to the clock
-// estimate nc (recv is when it was read) and returns errLate for a refusal.
-func (s *Store) reply(nc *nodeClock, r []int64, recv time.Time) ([4]int64, error) {
+// estimate nc (the call was sent at sent and its reply read at recv; seed
+// as for observe) and returns errLate for a refusal.
+func (s *Store) reply(nc *nodeClock, r []int64, sent, recv time.Time, seed bool) ([4]int64, error) {
 	var out [4]int64
 	if len(r) != 5 {
 		return out, fmt.Errorf("script returned %d values, want 5", len(r))
 	}
-	nc.observe(r[4], recv.UnixMicro())
+	nc.observe(r[4], instantOf(sent), instantOf(recv), seed)
 	if r[0] == -1 {
 		return out, errLate
 	}
@@ -347,14 +393,12 @@ func (s *Store) reply(nc *nodeClock, r []int64, recv time.Time) ([4]int64, error
 
 // roundTrip runs one round trip to Redis, send, under the breaker and a
 // deadline (the earlier of now + Config.Timeout and ctx's), classifies its
-// failure and counts it. send gets the context to use and the deadline the
-// server must judge the call by, in this process's wall µs: three quarters
-// of the budget, so that a reply to a call that ran in time still has a
-// quarter of it to come back (send adds the server's clock offset). Only
+// failure and counts it. send gets the context to use and the time the
+// client gives up on the call (see serverDeadline for the server's). Only
 // the server's faults reach the breaker; an end of the caller's context
 // (cancelled, or its earlier deadline passed) returns ctx's error without
 // ErrUnavailable.
-func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context, dlWall int64) error) error {
+func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context, deadline time.Time) error) error {
 	if err := parent.Err(); err != nil {
 		s.canceled.Add(1)
 		return err
@@ -372,8 +416,6 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	if d, ok := parent.Deadline(); ok && d.Before(deadline) {
 		deadline, own = d, false
 	}
-	budget := deadline.Sub(start)
-	dlWall := start.UnixMicro() + int64((budget-budget/4)/time.Microsecond)
 	// go-redis reads the context's deadline for the socket's read and
 	// write deadlines, and selects on its Done while it waits for a pooled
 	// connection. (A shared per-millisecond Done channel saved the four
@@ -381,7 +423,7 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	// goroutine and a thread wake-up each millisecond, which cost more
 	// client CPU per decision than it saved.)
 	ctx, cancel := context.WithDeadline(parent, deadline)
-	err := send(ctx, dlWall)
+	err := send(ctx, deadline)
 	cancel()
 	if err == nil {
 		s.br.success()
@@ -397,9 +439,17 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	// even FailLocal's); the server's stall still counts below.
 	gaveUp := parent.Err()
 	switch {
+	case own && late && !expired && gaveUp == nil:
+		// Redis refused the call as late, yet its refusal came back
+		// before the deadline: the server answered in time, the margin
+		// for the way back (see serverDeadline) ran out. The call fails
+		// (nothing was recorded), but the server is not at fault.
+		s.late.Add(1)
+		s.br.success()
+		return fmt.Errorf("%w: %w", ErrUnavailable, timeoutErr(err))
 	case own && late:
-		// Redis ran the call after three quarters of Timeout: the server
-		// (or the network to it) stalled.
+		// Redis ran the call after its deadline and its reply came too
+		// late: the server (or the network to it) stalled.
 		s.late.Add(1)
 		s.br.failure(now, probe)
 		if gaveUp != nil {
