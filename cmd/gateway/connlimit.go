@@ -402,7 +402,9 @@ const maxOverfill = 2 << 20
 func (h *headerCounter) read(c net.Conn, p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.over {
+	if h.over && h.mode != stopped {
+		// (Once stopped, an upgraded connection's bytes are the
+		// tunnel's: never filled, whatever was counted before.)
 		return h.overfill(p)
 	}
 	if len(h.pending) > 0 {
@@ -507,13 +509,22 @@ func (h *headerCounter) begin(contentLength int64, chunked bool) bool {
 		h.mode = stopped
 		return true
 	}
-	// Bytes of the next header already read (a request without a body
-	// is followed by the server's one-byte background read) are counted
-	// as header; a body cannot have begun, since reads stop at the
-	// header's end and net/http reads a body only in the handler.
-	if contentLength > 0 && !h.started && h.lineLen == 0 {
-		h.mode, h.skip = skipBody, contentLength
+	if contentLength == 0 {
+		// What was read since the header's end (the server's one-byte
+		// background read, for a request without a body) is the next
+		// header's, and counted so.
+		return false
 	}
+	if h.started || h.lineLen > 0 {
+		// Bytes were read past the header before the handler started,
+		// which reads stopping at the header's end and net/http reading
+		// a body only in the handler rule out. Were it to happen, where
+		// the body ends would be unknown: count no more (no body byte
+		// is ever taken for a header line) and close after the response.
+		h.mode = stopped
+		return true
+	}
+	h.mode, h.skip = skipBody, contentLength
 	return false
 }
 
