@@ -39,6 +39,29 @@ import (
 // holds fewer live keys than it was sized for; MaxBytes bounds it all the
 // same.)
 //
+// # Key churn
+//
+// At the key bound, lazy reuse frees keys in cursor order while new keys
+// land at random, each in the first empty or tombstone slot of its probe;
+// the empty slots that end a probe then gather in a few regions, and
+// misses (every insert's) scan ever longer runs of full slots, though the
+// load never passes 7/8 (we measured mean miss probes of 25k slots in a
+// 200k-key shard). So the slots scanned by misses under the lock longer
+// than maxProbeBuckets are counted, and once they reach the table's slots
+// since its last rebuild, the next Claim rebuilds it (to 5/8, or in place
+// when MaxBytes refuses growth), which spreads the empty slots evenly
+// again. A rebuild reads each slot once, so it costs no more than the long
+// probes that paid for it: the work per insert stays within twice what the
+// load alone asks, amortised, and the probes come back to about 8 buckets
+// at most.
+//
+// That alone does not suffice: the keys that survive lazy reuse are those
+// its cursor has not reached, so cursor-order freeing makes the density of
+// live keys uneven in hash order, and a rebuild, which places keys by hash,
+// keeps the clusters. So lazy reuse first looks for an idle key in the
+// new key's home buckets and frees it there: the new key takes the place
+// of an old one nearby and the density stays even.
+//
 // A rebuild runs under the shard's lock and moves every live record to the
 // new table: it CASes the old slot's state word to the Moved word (which
 // no live state equals) and copies the value it replaced, then publishes
@@ -138,6 +161,7 @@ type flatWrite struct {
 	freeReady int64        // latest time a key of this shard was freed
 	cursor    uint64       // where the next lazy-reuse scan starts
 	idleHint  int64        // no idle key expected before this time
+	overProbe uint64       // slots scanned by long misses since the last rebuild
 }
 
 // flatTab is one generation of a shard's table.
@@ -151,6 +175,16 @@ const (
 	hashEmpty   = 0
 	hashTomb    = 1
 	minBuckets  = 2
+
+	// maxProbeBuckets: a miss under the lock that scans more buckets
+	// counts its slots against the shard (see "Key churn"). At a uniform
+	// load of 7/8 a miss scans about 8 buckets on average, so a probe of
+	// 16 is mostly clustering, not load.
+	maxProbeBuckets = 16
+
+	// homeReclaimSlots is how many slots from a new key's home bucket lazy
+	// reuse examines before its cursor (two cache lines).
+	homeReclaimSlots = 2 * bucketSlots
 )
 
 // bucketsFor returns the bucket count that holds keys at a load of 5/8.
@@ -266,20 +300,33 @@ func (t *Flat) Touch(h uint64) {
 	tab.recs[b*bucketSlots].Hash.Load()
 }
 
-// Find looks h up under the lock.
-func (t *Flat) Find(s *FlatShard, h uint64) *Record { return s.tab.Load().find(h) }
+// Find looks h up under the lock. A miss that probed past maxProbeBuckets
+// marks the shard crowded (see "Key churn").
+func (t *Flat) Find(s *FlatShard, h uint64) *Record {
+	rec, n := s.tab.Load().probe(h)
+	if rec == nil && n > maxProbeBuckets {
+		s.overProbe += uint64(n) * bucketSlots
+	}
+	return rec
+}
 
 // find probes for h: its record, or nil at the first empty slot.
 func (tab *flatTab) find(h uint64) *Record {
+	rec, _ := tab.probe(h)
+	return rec
+}
+
+// probe is find that also returns how many buckets it scanned.
+func (tab *flatTab) probe(h uint64) (*Record, int) {
 	b, _ := bits.Mul64(h, tab.nb)
-	for {
+	for n := 1; ; n++ {
 		bk := tab.recs[b*bucketSlots : b*bucketSlots+bucketSlots : b*bucketSlots+bucketSlots]
 		for i := range bk {
 			switch bk[i].Hash.Load() {
 			case h:
-				return &bk[i]
+				return &bk[i], n
 			case hashEmpty:
-				return nil
+				return nil, n
 			}
 		}
 		if b++; b == tab.nb {
@@ -315,7 +362,7 @@ func (tab *flatTab) vacancy(h uint64) (*Record, bool) {
 // finds none, or when growing the table would pass MaxBytes. now is a
 // clock reading (never a caller's time).
 func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt int64, ok bool) {
-	if !t.reserve() && !t.reclaimOne(s, now) {
+	if !t.reserve() && !t.reclaimOne(s, h, now) {
 		return nil, 0, false
 	}
 	tab := s.tab.Load()
@@ -326,6 +373,16 @@ func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt in
 			return nil, 0, false
 		}
 		tab = nt
+	} else if s.overProbe >= tab.nb*bucketSlots {
+		// Clustered (see "Key churn"): lay the live keys out afresh, at a
+		// load of 5/8, or at the same size when MaxBytes refuses growth.
+		nt, err := t.rebuild(s, s.live.Load()+1)
+		if err != nil {
+			nt, err = t.rebuildTo(s, tab.nb)
+		}
+		if err == nil {
+			tab = nt
+		}
 	}
 	rec, tomb := tab.vacancy(h)
 	if tomb {
@@ -368,8 +425,12 @@ func (t *Flat) reserve() bool {
 // rebuild moves the shard's live records to a new table sized for keys
 // (see "Load and growth"). Under the lock.
 func (t *Flat) rebuild(s *FlatShard, keys int64) (*flatTab, error) {
+	return t.rebuildTo(s, bucketsFor(keys))
+}
+
+// rebuildTo is rebuild to a table of nb buckets.
+func (t *Flat) rebuildTo(s *FlatShard, nb uint64) (*flatTab, error) {
 	old := s.tab.Load()
-	nb := bucketsFor(keys)
 	grow := int64(nb)*bucketSlots*int64(RecordBytes) - old.bytes()
 	for {
 		b := t.bytes.Load()
@@ -406,6 +467,7 @@ func (t *Flat) rebuild(s *FlatShard, keys int64) (*flatTab, error) {
 	}
 	s.tab.Store(nt)
 	s.tombs = 0
+	s.overProbe = 0
 	return nt, nil
 }
 
@@ -446,14 +508,31 @@ func (t *Flat) tryFree(s *FlatShard, rec *Record, now int64, total, keep bool) (
 	return true, 0
 }
 
-// reclaimOne frees one idle key of shard s for a new key when the bound is
-// reached, keeping its reservation for the new key. Under the lock.
-func (t *Flat) reclaimOne(s *FlatShard, now int64) bool {
-	if t.idle == nil || now < s.idleHint || s.live.Load() == 0 {
+// reclaimOne frees one idle key of shard s for a new key of hash h when
+// the bound is reached, keeping its reservation for the new key. It looks
+// first at the homeReclaimSlots slots from h's home bucket (see "Key
+// churn": freeing where the new key lands keeps the live keys' density
+// even over the table), then at reclaimBudget slots from the shard's
+// cursor unless a fruitless scan said none is idle before idleHint. Under
+// the lock.
+func (t *Flat) reclaimOne(s *FlatShard, h uint64, now int64) bool {
+	if t.idle == nil || s.live.Load() == 0 {
 		return false
 	}
 	tab := s.tab.Load()
 	n := uint64(len(tab.recs))
+	b, _ := bits.Mul64(h, tab.nb)
+	for i, pos := 0, b*bucketSlots; i < homeReclaimSlots; i++ {
+		if freed, _ := t.tryFree(s, &tab.recs[pos], now, false, true); freed {
+			return true
+		}
+		if pos++; pos == n {
+			pos = 0
+		}
+	}
+	if now < s.idleHint {
+		return false
+	}
 	soonest := int64(1<<63 - 1)
 	for i := 0; i < reclaimBudget; i++ {
 		if s.cursor >= n {
