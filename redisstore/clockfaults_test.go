@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,5 +205,84 @@ func TestRingRehashDoesNotBorrowTheDeadShardsOffset(t *testing.T) {
 	stalledCalls(t, b, 3, func() { _, _ = s.AllowNContext(ctx, k, 10) })
 	if after := held(t, ring, s, k); after != before {
 		t.Fatalf("shard b holds %d more entries, written by calls that timed out", after-before)
+	}
+}
+
+// TestLogRunNamedLikeAnEarlierOneCountsAllItsEntries: a write of n entries
+// names them after its script run's TIME R (R:1 .. R:n). A run named like
+// an earlier one (the server's clock went back) may find part of that
+// run's names still present, the first one gone (penalty trimming removes
+// a run's entries by rank): every one of its n entries must still be
+// recorded, under names no other run holds. Here R:2 is planted, scored 1
+// (far outside the window), for every R of the next 300 ms.
+func TestLogRunNamedLikeAnEarlierOneCountsAllItsEntries(t *testing.T) {
+	srv, clk := redistest.StartSkewed(t, 0)
+	client := newClient(t, srv.Addr())
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 10, Window: time.Hour})
+	ctx := context.Background()
+	name := stateKey(s, "k")
+	start := time.Now()
+	from := start.UnixMicro()
+	const span = 300_000
+	p := client.Pipeline()
+	for r := from; r < from+span; r += 1000 {
+		m := make([]redis.Z, 0, 1000)
+		for i := r; i < r+1000; i++ {
+			m = append(m, redis.Z{Score: 1, Member: strconv.FormatInt(i, 10) + ":2"})
+		}
+		p.ZAdd(ctx, name, m...)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Back to the start of the planted span (the planting took a while).
+	if err := clk.Set(-time.Since(start)); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := s.AllowNContext(ctx, "k", 3); err != nil || !d.Allowed {
+		t.Fatalf("AllowN(3): %+v, %v", d, err)
+	}
+	names, err := client.ZRangeByScore(ctx, name, &redis.ZRangeBy{Min: "2", Max: "+inf"}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 3 {
+		t.Fatalf("entries in the window after AllowN(3): %q; want 3", names)
+	}
+	r, _, _ := strings.Cut(names[0], ":")
+	if at, _ := strconv.ParseInt(r, 10, 64); at < from || at >= from+span {
+		t.Fatalf("the run's TIME %d is outside the planted span [%d, %d): nothing was checked", at, from, from+span)
+	}
+}
+
+// TestCanceledCallWhoseReplyArrivesReportsRedisDecision: a caller that
+// cancels while its call is out (here: the server paused) gets, when the
+// reply still comes back within Timeout, Redis's decision and no error:
+// the server recorded the request, so the decision is reported, not the
+// policy's (go-redis does not interrupt a read in progress on
+// cancellation).
+func TestCanceledCallWhoseReplyArrivesReportsRedisDecision(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 3, Window: time.Hour, OnFailure: FailClosed})
+	if _, err := s.PeekContext(context.Background(), "k"); err != nil { // the clock and the script loaded
+		t.Fatal(err)
+	}
+	srv.Pause()
+	resumed := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { srv.Resume(); close(resumed) })
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	d, err := s.AllowNContext(ctx, "k", 1)
+	<-resumed
+	if ctx.Err() == nil {
+		t.Fatal("the call returned before the caller cancelled")
+	}
+	if err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("%+v, %v; want Redis's decision (allowed, 2 remaining) and no error", d, err)
+	}
+	if n := held(t, client, s, "k"); n != 1 {
+		t.Fatalf("Redis holds %d, want 1", n)
 	}
 }

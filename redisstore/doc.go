@@ -57,46 +57,66 @@
 // fail policy's decision, so a write then would consume quota twice (or for
 // nothing). So every script is given a deadline in the server's own clock
 // and refuses to write after it: Redis judges the call late and changes
-// nothing. The deadline is three quarters of the call's budget after it was
-// sent (so the reply of a call that ran in time has a quarter of the budget
-// to come back), converted with a lower bound of the offset between that
-// server's clock and this process's, learned from the TIME in every reply
-// (the fastest reply of the current second bounds it most tightly). The
-// offset is kept per server: one for a single server (or a Sentinel
+// nothing. The deadline is seven eighths of the time left when the call is
+// sent (after any clock read, so the read's round trip comes out of the
+// whole budget), converted with a lower bound of the offset between that
+// server's clock and this process's. A reply sent at s and read at r with
+// server time S says the offset lies in [S-r, S-s]: the estimate is the
+// intersection of the current second's replies, and its lower end is used.
+// That end is low by the one-way delay of the reply that made it, so the
+// server runs a call only if it does so at least that delay plus an eighth
+// of the time left before the client gives up: the eighth is the margin for
+// a reply slower on the way back. A call refused as late whose refusal
+// still came back before the deadline is counted in Stats.Late but not held
+// against the server (the breaker counts only stalls). With a 50 ms Timeout
+// and 10 ms each way, a call that first reads the clock reaches the server
+// 6 ms before the last moment it would be run.
+//
+// The offset is kept per server: one for a single server (or a Sentinel
 // failover client), one per master of a cluster (found from the key's slot
-// in go-redis's slot map), one per hash tag of a Ring (whose shard for a
-// key go-redis does not expose, so a Ring reads the clock again for each
-// hash tag unused for a second); a server never lends its offset to
-// another. Any offset is learned, however large (hours, days). An estimate
-// is used for less than a second after the latest reply read from its
-// server, and the first reply of each second starts a new one: a call to a
-// server with no estimate that fresh first reads that server's TIME (one
-// more round trip, counted in Stats.ClockReads; a client that hears from a
-// server at least once a second does not pay it), so an idle client and
-// the first call to a server are judged by a fresh estimate too. A SlidingLog
-// write of many entries checks the deadline after each thousand and takes
-// itself back when it passes.
+// in go-redis's slot map, its clock read from its own node client), one per
+// hash tag of a Ring (whose shard for a key go-redis does not expose, so a
+// Ring reads the clock again for each hash tag unused for a second). Only a
+// clock read, sent to that server, makes an estimate; a reply feeds it only
+// if its interval meets the estimate's (within 1 ms, a second's drift). A
+// reply that does not (another server answered: a cluster's ASK redirection
+// while a slot migrates, a Ring that moved the tag to another shard; or a
+// clock stepped) drops the estimate, so the next call reads the clock
+// first: a server never lends its offset to another. Any offset is learned,
+// however large (hours, days). An estimate is used for less than a second
+// after the latest reply that fed it, and while this process's wall clock
+// keeps pace with its monotonic clock (within 1 ms) since it was made: a
+// step of the local wall clock, either way, drops it. A call to a server
+// with no estimate that fresh first reads that server's TIME (one more
+// round trip, counted in Stats.ClockReads; a client that hears from a
+// server at least once a second does not pay it). A SlidingLog write of
+// many entries checks the deadline after each thousand and takes itself
+// back when it passes.
 //
 // The bound this gives: a timed-out call writes nothing, unless its reply
-// took longer on the way back than a quarter of the budget (it ran in time
-// and the reply was lost or delayed: its request stays counted, as for any
-// RPC), or the server's clock stepped back (or a failover moved the key to
-// a server whose clock is behind) less than two seconds before the call was
-// sent (then it may write up to the step late), or, on a
-// cluster, the key's slot moved to another master that go-redis's slot map
-// did not show yet (the call is judged with the old master's offset: off by
-// the skew between the two). go-redis's ClusterClient re-sends a command
-// once after a broken connection (MaxRedirects): a script that ran before
-// the break then runs again and counts its requests twice; the other
-// clients must not retry (see Config.Client).
+// took longer on the way back than the reply that made the estimate plus
+// an eighth of the time left (it ran in time and the reply was lost or
+// delayed: its request stays counted, as for any RPC), or the server's
+// clock stepped back (or a failover moved the key to a server whose clock
+// is behind) by more than 1 ms and the call was sent before the first reply
+// after the step was read (within a second of the step: then it may write
+// up to the step late), or, on a cluster, it is the call on a key whose
+// slot is moving to another master that go-redis's slot map does not show
+// yet (that call alone is judged with the old master's offset: off by the
+// skew between the two; its reply does not feed the old master's
+// estimate). go-redis's ClusterClient re-sends a command once after a
+// broken connection (MaxRedirects): a script that ran before the break
+// then runs again and counts its requests twice; the other clients must
+// not retry (see Config.Client).
 //
 // A server clock that steps back (an NTP step, a failover to a replica
 // whose clock is behind) leaves state dated after the server's now. The
 // scripts move it back to now (a SlidingLog key's entries so that the
 // newest is at now, the others keeping their spacing; a SlidingCounter's
-// counts to now's window): those requests were made no later than now in
-// real time, so each still counts for at least its full Window and nothing
-// extra is admitted, and a key frees at most one Window (SlidingCounter:
+// two counts both into now's window, at full weight, so its estimate never
+// drops below what it was before the step): those requests were made no
+// later than now in real time, so each still counts for at least its full
+// Window and nothing extra is admitted, and a key frees at most one Window (SlidingCounter:
 // two, its memory) after its first call after the step, with a RetryAfter
 // that is true, not the size of the step. A clock that steps forward ages entries out early
 // by the step: up to Limit more in the window of the step, as for a
@@ -110,15 +130,21 @@
 // volatile-* first (they are the keys with a TTL), under allkeys-* like any
 // other. New reads each server's maxmemory and maxmemory-policy (CONFIG
 // GET) and refuses such a server with an error wrapping ErrEvictionPolicy,
-// unless Config.AllowEviction accepts it. Where CONFIG is renamed or denied
-// (managed services, ACL users without +config), or no server answers at
-// New, it cannot check: the Store works and says so (Stats.
-// EvictionUnchecked, EvictionCheck); the requirement is then the
-// operator's: a dedicated server or database with noeviction, or enough
-// memory. A policy changed after New is not seen. Stats.EvictedKeys counts
-// the evictions the servers report (INFO stats evicted_keys, sampled at
-// most once a second while calls are made), of any key: Redis does not
-// say whose.
+// unless Config.AllowEviction accepts it. The servers are a single server
+// (or a Sentinel failover client's master) and the replicas it reports in
+// INFO replication (a failover would promote one), at the addresses they
+// report; every node of a cluster, replicas included; every shard of a
+// Ring. Where CONFIG is renamed or denied (managed services, ACL users
+// without +config), a replica's reported address does not answer, a Ring
+// shard is down at New (go-redis skips it), or no server answers at New,
+// it cannot check: the Store works and says so (Stats.EvictionUnchecked,
+// EvictionCheck); the requirement is then the operator's: a dedicated
+// server or database with noeviction, or enough memory. A policy changed
+// after New, or a server added later, is not seen. Stats.EvictedKeys counts
+// the evictions the servers report (INFO stats evicted_keys, from a
+// baseline New takes, sampled at most once a second while calls are made),
+// of any key: Redis does not say whose. Stats.EvictedKeysUnknown says the
+// latest sample could not read some server (INFO denied, a server down).
 //
 // # Faults
 //
@@ -132,7 +158,10 @@
 // the policy's decision without consuming anything and an error wrapping
 // only the context's error, and never opens the breaker (when the server
 // stalled past Timeout meanwhile, the stall counts for the breaker, and the
-// caller still gets its context's error and consumes nothing). Every fault is
+// caller still gets its context's error and consumes nothing). A call
+// whose reply comes back is Redis's decision, and Redis recorded it: it is
+// returned with no error even if the caller cancelled while it was out
+// (go-redis does not interrupt a read in progress). Every fault is
 // counted in Stats; nothing panics. The ...Context variants return the
 // policy's decision together with an error wrapping ErrUnavailable. A call
 // whose caller cancels returns when its round trip ends, at most Timeout
@@ -158,5 +187,6 @@
 // Hybrid decides in memory against leases of the global limit that a
 // background loop renews in batches; see its documentation for the error
 // bound it guarantees. It has no penalty mode: NewHybrid rejects
-// Config.Penalty (its denials never reach Redis).
+// Config.Penalty (its denials never reach Redis). After Close it takes no
+// lease: each decision is one exact round trip, as a Store's.
 package redisstore

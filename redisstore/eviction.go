@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ type evictionWatch struct {
 	next     atomic.Int64 // monotonic ns of the next sample due
 	sampling atomic.Bool
 	evicted  atomic.Uint64 // sum of the servers' evicted_keys growth since New
+	blind    atomic.Bool   // the latest sample could not read some server's evicted_keys
 
 	mu   sync.Mutex
 	last map[string]uint64 // per server address: the latest sample; guarded by mu
@@ -60,14 +62,20 @@ func forEachServer(ctx context.Context, c redis.UniversalClient, fn func(context
 
 // checkEviction reads every server's maxmemory and maxmemory-policy (one
 // CONFIG GET maxmemory* each) and returns an error wrapping
-// ErrEvictionPolicy for a server that can evict, unless allow. A server
-// that cannot be asked (CONFIG renamed or denied by an ACL, as on managed
-// Redis services; or no server reachable yet) is not an error: the reason
-// is kept for Stats.EvictionUnchecked and EvictionCheck.
+// ErrEvictionPolicy for a server that can evict, unless allow. The servers
+// are the single server and the replicas it reports (INFO replication: a
+// Sentinel failover client's master and the replicas a failover would
+// promote), every node of a cluster (replicas too, for the same reason), and
+// every shard of a Ring. A server that cannot be asked (CONFIG renamed or
+// denied by an ACL, as on managed Redis services; a replica whose reported
+// address does not answer; a Ring shard down at New, which go-redis skips;
+// or no server reachable yet) is not an error: the reason is kept for
+// Stats.EvictionUnchecked and EvictionCheck.
 func (w *evictionWatch) checkEviction(ctx context.Context, c redis.UniversalClient, allow bool) error {
 	var mu sync.Mutex
 	var refused error
-	err := forEachServer(ctx, c, func(ctx context.Context, srv *redis.Client) error {
+	var asked atomic.Int64
+	check := func(ctx context.Context, srv *redis.Client) error {
 		kv, err := srv.ConfigGet(ctx, "maxmemory*").Result()
 		if err != nil {
 			return fmt.Errorf("%s: CONFIG GET maxmemory*: %w", srv.Options().Addr, err)
@@ -83,7 +91,28 @@ func (w *evictionWatch) checkEviction(ctx context.Context, c redis.UniversalClie
 			mu.Unlock()
 		}
 		return nil
-	})
+	}
+	var err error
+	switch cl := c.(type) {
+	case *redis.Client:
+		if err = check(ctx, cl); err == nil {
+			err = checkReplicas(ctx, cl, check)
+		}
+	case *redis.ClusterClient:
+		err = cl.ForEachShard(ctx, check)
+	case *redis.Ring:
+		err = cl.ForEachShard(ctx, func(ctx context.Context, srv *redis.Client) error {
+			asked.Add(1)
+			return check(ctx, srv)
+		})
+		// ForEachShard skips the shards the Ring holds down (and returns
+		// nil when all are): they were not checked.
+		if n := int64(len(cl.Options().Addrs)); err == nil && asked.Load() < n {
+			err = fmt.Errorf("%d of %d Ring shards down at New", n-asked.Load(), n)
+		}
+	default:
+		err = fmt.Errorf("client of type %T", c) // normalize rejected it already
+	}
 	if refused != nil {
 		return refused
 	}
@@ -92,6 +121,52 @@ func (w *evictionWatch) checkEviction(ctx context.Context, c redis.UniversalClie
 		w.unchecked.Store(&why)
 	}
 	return nil
+}
+
+// checkReplicas checks (with check) the replicas that srv reports in INFO
+// replication, each by a client of srv's options at the replica's address.
+// A Sentinel failover client's options dial through the Sentinels; the
+// replica's client dials its address directly.
+func checkReplicas(ctx context.Context, srv *redis.Client, check func(context.Context, *redis.Client) error) error {
+	info, err := srv.Info(ctx, "replication").Result()
+	if err != nil {
+		return fmt.Errorf("%s: INFO replication: %w", srv.Options().Addr, err)
+	}
+	var errs []error
+	for _, addr := range replicaAddrs(info) {
+		opt := *srv.Options()
+		opt.Addr, opt.Dialer, opt.OnConnect = addr, nil, nil
+		r := redis.NewClient(&opt)
+		if err := check(ctx, r); err != nil {
+			errs = append(errs, fmt.Errorf("replica %w", err))
+		}
+		_ = r.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// replicaAddrs reads the replicas' addresses from an INFO replication
+// reply (lines slave<i>:ip=...,port=...,...).
+func replicaAddrs(info string) []string {
+	var addrs []string
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(k, "slave") || strings.HasPrefix(k, "slave_") {
+			continue
+		}
+		var ip, port string
+		for _, f := range strings.Split(v, ",") {
+			if x, ok := strings.CutPrefix(f, "ip="); ok {
+				ip = x
+			} else if x, ok := strings.CutPrefix(f, "port="); ok {
+				port = x
+			}
+		}
+		if ip != "" && port != "" {
+			addrs = append(addrs, net.JoinHostPort(ip, port))
+		}
+	}
+	return addrs
 }
 
 // maybeSample starts a sample of the servers' evicted_keys if one is due
@@ -106,7 +181,7 @@ func (s *Store) maybeSample(now int64) {
 		defer w.sampling.Store(false)
 		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(s.cfg.Timeout))
 		defer cancel()
-		_ = s.sampleEvictions(ctx)
+		s.sampleEvictions(ctx)
 	}()
 }
 
@@ -115,16 +190,21 @@ func (s *Store) maybeSample(now int64) {
 // first sample, the baseline; a server seen for the first time later (a
 // new cluster master, a server unreachable at New) sets its own, and one
 // whose counter went down (restarted, CONFIG RESETSTAT) starts over from
-// it.
-func (s *Store) sampleEvictions(ctx context.Context) error {
+// it. A sample that cannot read some server (INFO denied, the server
+// unreachable, a Ring shard down) sets blind until one reads them all.
+func (s *Store) sampleEvictions(ctx context.Context) {
 	w := &s.evict
-	return forEachServer(ctx, s.cfg.Client, func(ctx context.Context, srv *redis.Client) error {
+	var missing atomic.Bool
+	var asked atomic.Int64
+	err := forEachServer(ctx, s.cfg.Client, func(ctx context.Context, srv *redis.Client) error {
+		asked.Add(1)
 		info, err := srv.Info(ctx, "stats").Result()
 		if err != nil {
 			return err
 		}
 		n, ok := infoField(info, "evicted_keys")
 		if !ok {
+			missing.Store(true)
 			return nil
 		}
 		addr := srv.Options().Addr
@@ -140,6 +220,10 @@ func (s *Store) sampleEvictions(ctx context.Context) error {
 		}
 		return nil
 	})
+	if r, ok := s.cfg.Client.(*redis.Ring); ok && asked.Load() < int64(len(r.Options().Addrs)) {
+		missing.Store(true)
+	}
+	w.blind.Store(err != nil || missing.Load())
 }
 
 // infoField reads an unsigned field of an INFO reply.

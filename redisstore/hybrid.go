@@ -127,6 +127,7 @@ type Hybrid struct {
 	slots    chan struct{} // bounds the pipelines in flight (misses and syncs)
 
 	stop     chan struct{}
+	closed   atomic.Bool // set by Close: misses decide by exact round trips
 	done     chan struct{}
 	stopOnce sync.Once
 
@@ -299,6 +300,17 @@ func (h *Hybrid) AllowNContext(ctx context.Context, key string, n int) (engine.D
 	e.demand.Add(int64(n))
 	if d, ok := h.spend(e, n, h.mono()); ok {
 		return d, nil
+	}
+	if h.closed.Load() {
+		// No sync will return a lease taken now: decide by one exact
+		// round trip, as a Store, reserving nothing beyond n.
+		d, err := h.s.AllowNContext(ctx, key, n)
+		if d.Allowed {
+			h.allowed.Add(1)
+		} else {
+			h.denied.Add(1)
+		}
+		return d, err
 	}
 	return h.miss(ctx, e, key, n)
 }
@@ -888,10 +900,14 @@ func (h *Hybrid) Stats() HybridStats {
 }
 
 // Close stops the background sync after one last batch that returns every
-// unspent token, and releases the Store. Decisions after Close still work
-// (from leases until they expire, then by round trips). Safe to call more
-// than once.
+// unspent token, and releases the Store. Decisions after Close still work,
+// each by one round trip deciding exactly its n requests, as a Store does
+// (no lease is taken: nothing would return it). A miss already waiting for
+// a lease when Close is called may still install one; its unspent tokens
+// then count in Redis until they leave the window. Safe to call more than
+// once.
 func (h *Hybrid) Close() error {
+	h.closed.Store(true)
 	h.stopOnce.Do(func() { close(h.stop) })
 	<-h.done
 	return h.s.Close()

@@ -753,3 +753,25 @@ func TestInvalidSizeNeverAdmissible(t *testing.T) {
 		t.Fatalf("Hybrid stats %+v; want Invalid 3, Denied 0", st)
 	}
 }
+
+// TestHybridAfterCloseReservesNoLease: after Close no sync returns leases,
+// so a decision without one is made by an exact round trip: Redis holds
+// only the requests admitted, not a lease's spare tokens.
+func TestHybridAfterCloseReservesNoLease(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	for _, alg := range algorithms {
+		h := newHybrid(t, HybridConfig{Config: Config{Client: client, Algorithm: alg, Limit: 100, Window: time.Minute, Prefix: "closed" + alg.String() + ":"}, MaxLease: 50})
+		if err := h.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			if !h.Allow("k") {
+				t.Fatalf("%v: request %d after Close denied", alg, i)
+			}
+		}
+		if n := held(t, client, h.s, "k"); n != 3 {
+			t.Fatalf("%v: Redis holds %d for key k after 3 admitted requests, want 3 (no lease after Close)", alg, n)
+		}
+	}
+}

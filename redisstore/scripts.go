@@ -74,7 +74,7 @@ local rebase = ARGV[5] == ''
 // (after a failover to a server whose clock is behind the old one's, or a
 // clock that stepped back): ZADD NX then reports it and a fresh one is
 // picked ('#' and a number after a lone entry's name; for many, first
-// moves up by a million, past any Limit). So names are never shared, and
+// moves up by a million until none of the n names is taken). So names are never shared, and
 // a removed one does not come back, which keeps the Hybrid's returns, ZREM
 // by name, idempotent.
 //
@@ -83,39 +83,69 @@ local rebase = ARGV[5] == ''
 // closure made at every call). addMany adds n entries at t in chunks
 // (unpack of a huge table overflows Lua's C stack), checking the deadline
 // after each; past it, it removes what it added and returns false. It
-// returns true and the first index otherwise.
+// returns true and the first index otherwise. Before each chunk it checks
+// that none of the chunk's names is taken (ZMSCORE, one call; ZSCORE each
+// before Redis 6.2): a run named like an earlier one may find any part of
+// that run's names still there (penalty trimming by rank removes some of
+// a run's entries, a Hybrid's returns others), and ZADD NX would silently
+// skip those, counting fewer than n and leaving names that a return would
+// remove from the other run. On a taken name it takes back what it added
+// and starts over a million indexes up.
 const logMany = `
 local function member(R, i)
   return R .. ':' .. string.format('%d', i)
 end
+local function taken(K, m)
+  local r = redis.pcall('ZMSCORE', K, unpack(m))
+  if type(r) == 'table' and not r.err then
+    for k = 1, #m do
+      if r[k] then return true end
+    end
+    return false
+  end
+  for k = 1, #m do -- before Redis 6.2
+    if redis.call('ZSCORE', K, m[k]) then return true end
+  end
+  return false
+end
+local function takeBack(K, R, first, i)
+  local k = 0
+  while k < i do
+    local m = {}
+    local j = 0
+    while k < i and j < 1000 do
+      j = j + 1
+      m[j] = member(R, first + k)
+      k = k + 1
+    end
+    redis.call('ZREM', K, unpack(m))
+  end
+end
 local function addMany(K, R, t, n, dl)
   local first = 1
-  while redis.call('ZSCORE', K, member(R, first)) do first = first + 1000000 end
   local i = 0
   while i < n do
     local args = {'NX'}
+    local m = {}
     local j = 0
-    while i < n and j < 1000 do
+    while i + j < n and j < 1000 do
+      m[j + 1] = member(R, first + i + j)
       args[2 * j + 2] = t
-      args[2 * j + 3] = member(R, first + i)
-      i = i + 1
+      args[2 * j + 3] = m[j + 1]
       j = j + 1
     end
-    redis.call('ZADD', K, unpack(args))
-    local tm = redis.call('TIME')
-    if tm[1] * 1000000 + tm[2] > dl then
-      local k = 0
-      while k < i do
-        local m = {}
-        j = 0
-        while k < i and j < 1000 do
-          j = j + 1
-          m[j] = member(R, first + k)
-          k = k + 1
-        end
-        redis.call('ZREM', K, unpack(m))
+    if taken(K, m) then
+      takeBack(K, R, first, i)
+      first = first + 1000000
+      i = 0
+    else
+      redis.call('ZADD', K, unpack(args))
+      i = i + j
+      local tm = redis.call('TIME')
+      if tm[1] * 1000000 + tm[2] > dl then
+        takeBack(K, R, first, i)
+        return false, first
       end
-      return false, first
     end
   end
   return true, first

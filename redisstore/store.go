@@ -50,7 +50,7 @@ type Stats struct {
 	Denied        uint64 // decisions that denied
 	Invalid       uint64 // calls of n <= 0 or n > Limit: denied with RetryAfter engine.Never, never sent, not in Denied
 	Timeouts      uint64 // Redis calls that ran past Config.Timeout
-	Late          uint64 // calls Redis refused because they reached it after their deadline (a stalled server)
+	Late          uint64 // calls Redis refused because they reached it after their deadline (a stalled server; or a reply margin that ran out, see "Deadlines")
 	Errors        uint64 // other failed Redis calls (refused, reset, server error replies)
 	Canceled      uint64 // calls whose caller's context ended first (not Redis's fault; the breaker ignores them); one during which Redis also stalled past Timeout is a Timeout or Late, and still consumes nothing for the caller
 	KeysTooLong   uint64 // calls with a key longer than MaxKeyLen (denied, never sent)
@@ -69,8 +69,13 @@ type Stats struct {
 	// maxmemory-policy (CONFIG denied or renamed, as on managed services;
 	// or the server unreachable then); EvictionCheck says why.
 	EvictionUnchecked bool
-	ClockReads        uint64 // reads of a server's TIME before a call, because the estimate of its clock was missing or stale (see "Deadlines" in the package documentation)
-	BreakerOpen       bool   // the breaker is open or half-open now
+	// EvictedKeysUnknown is true when the latest sample of evicted_keys
+	// could not read every server (INFO denied, a server unreachable or
+	// down): EvictedKeys misses that server's evictions until a sample
+	// reads it (its first read is its baseline).
+	EvictedKeysUnknown bool
+	ClockReads         uint64 // reads of a server's TIME before a call, because the estimate of its clock was missing or stale (see "Deadlines" in the package documentation)
+	BreakerOpen        bool   // the breaker is open or half-open now
 }
 
 // Script modes (ARGV[4]), boxed once.
@@ -86,8 +91,11 @@ var (
 // maxmemory and maxmemory-policy (CONFIG GET) and refuses, with an error
 // wrapping ErrEvictionPolicy, a server that can evict the limiter's keys,
 // unless Config.AllowEviction; a server that cannot be asked is accepted
-// and reported (Stats.EvictionUnchecked, EvictionCheck). It also reads the
-// servers' evicted_keys, the baseline of Stats.EvictedKeys. Each of the two
+// and reported (Stats.EvictionUnchecked, EvictionCheck). The servers asked
+// are a single server and the replicas it reports, every node of a cluster,
+// every shard of a Ring. It also reads the servers' evicted_keys, the
+// baseline of Stats.EvictedKeys (also when the policy could not be
+// checked). Each of the two
 // runs under the longer of Config.Timeout and a second (a first dial and a
 // distant server need more than a decision's budget; New waits that long at
 // most per step for a server that does not answer). The first decision
@@ -120,11 +128,12 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.evict.unchecked.Load() == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(c.Timeout))
-		_ = s.sampleEvictions(ctx) // the baseline; a server that fails here sets its own later
-		cancel()
-	}
+	// The baseline, also when the policy could not be checked (INFO may
+	// be allowed where CONFIG is not); a server that fails here sets its
+	// own later, and Stats.EvictedKeysUnknown says so meanwhile.
+	ctx, cancel = context.WithTimeout(context.Background(), setupTimeout(c.Timeout))
+	s.sampleEvictions(ctx)
+	cancel()
 	s.evict.next.Store(s.mono() + int64(evictionSampleEvery))
 	return s, nil
 }
@@ -169,9 +178,13 @@ func (s *Store) Reset(key string) { _ = s.ResetContext(context.Background(), key
 // Config.Timeout applies). When Redis fails it returns the fail policy's
 // decision together with an error wrapping ErrUnavailable and the cause:
 // ErrCircuitOpen, context.DeadlineExceeded (for any timeout: the socket's,
-// or Redis refusing a late call) or the client's error. When ctx ends
-// first, it returns the policy's decision without consuming anything
-// (FailLocal peeks) and an error wrapping ctx's error alone. A key longer
+// or Redis refusing a late call) or the client's error. When ctx has ended
+// before the call, or ends while the call is out and Redis's reply does not
+// come back, it returns the policy's decision without consuming anything
+// (FailLocal peeks) and an error wrapping ctx's error alone. A reply that
+// does come back is Redis's decision, which Redis recorded: it is returned
+// with a nil error even if ctx ended meanwhile (go-redis does not interrupt
+// a read in progress when ctx is cancelled, only at its deadline). A key longer
 // than MaxKeyLen is denied with an error wrapping ErrKeyTooLong. A request
 // of n <= 0 or n > Limit is denied with RetryAfter engine.Never, as by the
 // engine, without a round trip.
@@ -600,24 +613,25 @@ func (s *Store) localLimiter() *engine.Limiter {
 // Stats returns a snapshot of the Store's counters.
 func (s *Store) Stats() Stats {
 	return Stats{
-		Calls:             s.calls.Load(),
-		Allowed:           s.allowed.Load(),
-		Denied:            s.denied.Load(),
-		Invalid:           s.invalid.Load(),
-		Timeouts:          s.timeouts.Load(),
-		Late:              s.late.Load(),
-		Errors:            s.errs.Load(),
-		Canceled:          s.canceled.Load(),
-		KeysTooLong:       s.keysTooLong.Load(),
-		BreakerOpens:      s.br.opens.Load(),
-		ShortCircuits:     s.shortCircuits.Load(),
-		FailOpen:          s.failOpen.Load(),
-		FailClosed:        s.failClosed.Load(),
-		FailLocal:         s.failedLocal.Load(),
-		ClockReads:        s.clockReads.Load(),
-		EvictedKeys:       s.evict.evicted.Load(),
-		EvictionUnchecked: s.evict.unchecked.Load() != nil,
-		BreakerOpen:       s.br.isOpen(),
+		Calls:              s.calls.Load(),
+		Allowed:            s.allowed.Load(),
+		Denied:             s.denied.Load(),
+		Invalid:            s.invalid.Load(),
+		Timeouts:           s.timeouts.Load(),
+		Late:               s.late.Load(),
+		Errors:             s.errs.Load(),
+		Canceled:           s.canceled.Load(),
+		KeysTooLong:        s.keysTooLong.Load(),
+		BreakerOpens:       s.br.opens.Load(),
+		ShortCircuits:      s.shortCircuits.Load(),
+		FailOpen:           s.failOpen.Load(),
+		FailClosed:         s.failClosed.Load(),
+		FailLocal:          s.failedLocal.Load(),
+		ClockReads:         s.clockReads.Load(),
+		EvictedKeys:        s.evict.evicted.Load(),
+		EvictionUnchecked:  s.evict.unchecked.Load() != nil,
+		EvictedKeysUnknown: s.evict.blind.Load(),
+		BreakerOpen:        s.br.isOpen(),
 	}
 }
 
