@@ -48,8 +48,8 @@ import (
 // load never passes 7/8 (we measured mean miss probes of 25k slots in a
 // 200k-key shard). So the slots scanned by misses under the lock longer
 // than maxProbeBuckets are counted, and once they reach the table's slots
-// since its last rebuild, the next Claim rebuilds it (to 5/8, or in place
-// when MaxBytes refuses growth), which spreads the empty slots evenly
+// since its last rebuild, the next Claim rebuilds it in place (same size,
+// no tombstones), which spreads the empty slots evenly
 // again. A rebuild reads each slot once, so it costs no more than the long
 // probes that paid for it: the work per insert stays within twice what the
 // load alone asks, amortised, and the probes come back to about 8 buckets
@@ -374,13 +374,9 @@ func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt in
 		}
 		tab = nt
 	} else if s.overProbe >= tab.nb*bucketSlots {
-		// Clustered (see "Key churn"): lay the live keys out afresh, at a
-		// load of 5/8, or at the same size when MaxBytes refuses growth.
-		nt, err := t.rebuild(s, s.live.Load()+1)
-		if err != nil {
-			nt, err = t.rebuildTo(s, tab.nb)
-		}
-		if err == nil {
+		// Clustered (see "Key churn"): lay the live keys out afresh, in a
+		// table of the same size (memory does not move with probe lengths).
+		if nt, err := t.rebuildTo(s, tab.nb); err == nil {
 			tab = nt
 		}
 	}
@@ -523,6 +519,12 @@ func (t *Flat) reclaimOne(s *FlatShard, h uint64, now int64) bool {
 	n := uint64(len(tab.recs))
 	b, _ := bits.Mul64(h, tab.nb)
 	for i, pos := 0, b*bucketSlots; i < homeReclaimSlots; i++ {
+		// Only slots on h's probe path, before its first empty slot: a
+		// slot freed there is the new key's vacancy (or a tombstone before
+		// it is), so these frees leave no tombstone behind.
+		if tab.recs[pos].Hash.Load() == hashEmpty {
+			break
+		}
 		if freed, _ := t.tryFree(s, &tab.recs[pos], now, false, true); freed {
 			return true
 		}
