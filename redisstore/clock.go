@@ -171,14 +171,16 @@ func (n *nodeClock) offset(now instant) (int64, bool) {
 //     for a call that MOVED or ASK send to the new one: that call is judged
 //     with the old master's estimate (its own risk: its deadline is off by
 //     the skew between the two servers), and its reply, which does not
-//     meet that estimate, does not feed it. A master's clock is read from
-//     its own node client, which never follows a redirection.
+//     meet that estimate (unless the two clocks agree within a round trip
+//     and clockTolerance), does not feed it but drops it: the master's next
+//     call reads its clock first. A master's clock is read from its own
+//     node client, which never follows a redirection.
 //   - *redis.Ring, whose shard for a key go-redis does not expose: one clock
 //     per hash tag (a tag names one shard). A tag whose estimate is not
 //     fresh reads its shard's TIME first, like any stale estimate; when the
 //     Ring moves the tag to another shard, that shard's replies do not meet
 //     the old estimate (unless the two clocks agree within a round trip),
-//     so it goes stale and is read again from the new shard.
+//     so they drop it and the tag's clock is read again, from the new shard.
 type serverClock struct {
 	single  *nodeClock
 	cluster *redis.ClusterClient

@@ -286,3 +286,26 @@ func TestCanceledCallWhoseReplyArrivesReportsRedisDecision(t *testing.T) {
 		t.Fatalf("Redis holds %d, want 1", n)
 	}
 }
+
+// TestFirstCallsOverSlowLinkFitTimeout: New loads the scripts on the
+// server, so the first call (which reads the clock, then runs the script)
+// costs two round trips, not four: over 25 ms each way with a 150 ms
+// Timeout it succeeds. Loaded by the calls themselves (NOSCRIPT, then
+// EVAL), each call timed out before its EVAL went out, and so did every
+// later one.
+func TestFirstCallsOverSlowLinkFitTimeout(t *testing.T) {
+	quietClientLog(t)
+	srv := redistest.Start(t)
+	p := redistest.NewProxy(t, srv.Addr(), 25*time.Millisecond)
+	client := newClient(t, p.Addr())
+	warmPool(t, client, 2)
+	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingCounter, Limit: 100, Window: time.Minute, Timeout: 150 * time.Millisecond, OnFailure: FailClosed})
+	for i := range 2 {
+		if i > 0 {
+			time.Sleep(time.Second + 100*time.Millisecond) // the estimate goes stale
+		}
+		if d, err := s.AllowNContext(context.Background(), "k", 1); err != nil || !d.Allowed {
+			t.Fatalf("call %d: %+v, %v", i, d, err)
+		}
+	}
+}

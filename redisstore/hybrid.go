@@ -252,6 +252,7 @@ func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 	if c.Algorithm == engine.SlidingCounter {
 		h.lease = counterLeaseScript
 	}
+	s.loadScripts(h.lease)
 	go h.loop()
 	return h, nil
 }

@@ -98,8 +98,11 @@ var (
 // checked). Each of the two
 // runs under the longer of Config.Timeout and a second (a first dial and a
 // distant server need more than a decision's budget; New waits that long at
-// most per step for a server that does not answer). The first decision
-// loads the script (EVALSHA, falling back to EVAL on NOSCRIPT).
+// most per step for a server that does not answer). Then it loads the
+// scripts on every server (SCRIPT LOAD, best effort, under the same
+// bound), so that a first call does not pay for them within its Timeout;
+// a server that lacks them later (restarted, promoted, SCRIPT FLUSH) gets
+// them by EVAL when it answers NOSCRIPT.
 func New(cfg Config) (*Store, error) {
 	c, err := cfg.normalize()
 	if err != nil {
@@ -135,7 +138,28 @@ func New(cfg Config) (*Store, error) {
 	s.sampleEvictions(ctx)
 	cancel()
 	s.evict.next.Store(s.mono() + int64(evictionSampleEvery))
+	s.loadScripts(s.script, timeScript, resetScript)
 	return s, nil
+}
+
+// loadScripts loads scripts on every server (SCRIPT LOAD), best effort,
+// under the setup timeout. Without it the first call to each server pays
+// for NOSCRIPT and EVAL within its own budget: over a link of 20 ms round
+// trip with a 50 ms Timeout, a call that also reads the clock then never
+// fits, and since its EVAL is never sent, no later call does either. A
+// server that misses them (down now, a later failover or new master) gets
+// them by EVAL on its first NOSCRIPT.
+func (s *Store) loadScripts(scripts ...*script) {
+	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(s.cfg.Timeout))
+	defer cancel()
+	_ = forEachServer(ctx, s.cfg.Client, func(ctx context.Context, srv *redis.Client) error {
+		for _, sc := range scripts {
+			if err := srv.ScriptLoad(ctx, sc.src).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // EvictionCheck returns nil when New read every server's maxmemory-policy
