@@ -115,8 +115,9 @@ type Config struct {
 	// one bucket's time (a Window with the default Burst) plus Window/Limit.
 	Penalty bool
 
-	// MaxMemory bounds the bytes of key state (index, slabs, rings).
-	// 0 means DefaultMaxMemory. The bound is converted to a key capacity
+	// MaxMemory bounds the bytes of key state (index, slabs, rings) and
+	// the Limiter's own fixed parts, as the heap holds them (see "Memory
+	// bound and eviction" in the package doc). 0 means DefaultMaxMemory. The bound is converted to a key capacity
 	// at New; Stats reports both.
 	MaxMemory int64
 	// MaxKeys, if > 0, caps the number of tracked keys below what MaxMemory

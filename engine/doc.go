@@ -123,7 +123,14 @@
 // 5/8 full, and shrunk back to 5/8 by the sweep when it finds the table
 // under 5/8), SlidingLog 16 bytes of record, 4 x Limit bytes of ring
 // (rounded up to 8; MaxLimit where it is above Limit) and 5-10 bytes of index. With defaults that is about
-// 10 M SlidingCounter keys, or 2.9 M SlidingLog keys at Limit 16. New
+// 10 M SlidingCounter keys, or 2.9 M SlidingLog keys at Limit 16.
+// Stats.Bytes counts what the heap holds: the allocator's size classes
+// (a one-level table under 32 KiB, a shard of under about 1,300 keys, may
+// take up to 1/8 more than its slots, so a small MaxMemory may overflow
+// a little before MaxKeys), the tables' alignment, headers and
+// directories, and the Limiter's own parts (about 6 KiB: its stats
+// stripes, structs, sweep goroutine and ticker); it stays within a few
+// hundred bytes of the heap's growth, and within MaxMemory. New
 // allocates only the shards and their first, smallest tables (Stats.Bytes
 // counts them); key state is allocated as keys arrive, so a MaxMemory of
 // math.MaxInt64 is a safe "no bound". Deciding on an existing key never

@@ -451,7 +451,8 @@ func TestSweepReclaimsIdleKeys(t *testing.T) {
 // steps) after their request, so by i = 30000 each shard has reused about
 // 1,000 slots. A shard's share of the table-wide bound wanders with the
 // sweeps, and a rebuild sizes its table for the share it has then, so
-// those tables may move by a few buckets: within 2 %).
+// those tables may move by a few buckets, and by the allocator's size
+// class steps (up to 1/8 of a small table): within 1/16 in all).
 func TestFloodStaysBounded(t *testing.T) {
 	for _, a := range algorithms {
 		for _, pol := range []OverflowPolicy{OverflowAllow, OverflowDeny} {
@@ -462,7 +463,9 @@ func TestFloodStaysBounded(t *testing.T) {
 				t.Fatalf("MaxKeys = %d", max)
 			}
 			var bytes int64
-			bound := int64(max)*shard.FlatBytesPerKey + 8*shard.FlatShardBytes
+			// Tables under 32 KiB are rounded up to the allocator's size
+			// classes, by at most 1/8.
+			bound := int64(max)*shard.FlatBytesPerKey*9/8 + 8*shard.FlatShardBytes + limiterBytes
 			if a == SlidingLog {
 				bound = l.Config().MaxMemory
 			}
@@ -481,7 +484,7 @@ func TestFloodStaysBounded(t *testing.T) {
 				_ = d
 			}
 			st := l.Stats()
-			if a == SlidingLog && st.Bytes != bytes || st.Bytes > bytes+bytes/50 {
+			if a == SlidingLog && st.Bytes != bytes || st.Bytes > bytes+bytes/16 {
 				t.Fatalf("%v: memory grew from %d to %d bytes under the flood", a, bytes, st.Bytes)
 			}
 			if st.Overflow == 0 || st.Reclaimed == 0 {

@@ -47,11 +47,11 @@ func buildLog(l *Limiter) error {
 	if c.MaxKeys > 0 {
 		hi = min(hi, int64(c.MaxKeys)) // a cap on the whole table, not split over shards
 	}
-	maxKeys := logKeys(sc, hi, c.MaxMemory)
+	maxKeys := logKeys(sc, hi, c.MaxMemory-limiterBytes)
 	if maxKeys < 1 {
 		sc.MaxKeys = 1
 		return invalid("Config.MaxMemory %d bytes is too small for %d shards of %d-byte keys (need at least %d)",
-			c.MaxMemory, c.Shards, shard.RecordRingBytes(size), shard.TableBytes(sc))
+			c.MaxMemory, c.Shards, shard.RecordRingBytes(size), shard.TableBytes(sc)+limiterBytes)
 	}
 	l.cfg.MaxKeys = int(maxKeys)
 	sc.MaxKeys = int(maxKeys)

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"runtime"
 	"strconv"
 	"testing"
@@ -52,6 +53,7 @@ func TestResetsKeepMemoryWithinBound(t *testing.T) {
 func heapGrowth(f func() any) (int64, any) {
 	var before, after runtime.MemStats
 	runtime.GC()
+	runtime.GC() // the second settles what the first left to finalise
 	runtime.ReadMemStats(&before)
 	v := f()
 	runtime.GC()
@@ -81,12 +83,12 @@ func TestNewAllocatesOnlyWhatItCounts(t *testing.T) {
 			l := v.(*Limiter)
 			defer l.Close()
 			st := l.Stats()
-			// The Limiter's own struct, its stats stripes and the sweep
-			// goroutine are outside Stats.Bytes: allow them 64 KiB.
-			if grew > st.Bytes+64<<10 {
+			// Stats.Bytes counts the Limiter's own parts too (see
+			// TestHeapWithinStatsBytesAndMaxMemory for how closely).
+			if grew > st.Bytes+4<<10 {
 				t.Fatalf("New took %d bytes of heap, Stats.Bytes says %d", grew, st.Bytes)
 			}
-			if perShard := st.Bytes / int64(c.shards); perShard > 2048 {
+			if perShard := (st.Bytes - limiterBytes) / int64(c.shards); perShard > 2048 {
 				t.Fatalf("%d bytes per shard with no keys", perShard)
 			}
 			for i := 0; i < 100; i++ {
@@ -98,5 +100,63 @@ func TestNewAllocatesOnlyWhatItCounts(t *testing.T) {
 				t.Fatalf("after 100 keys: %+v (before: %d bytes)", st2, st.Bytes)
 			}
 		})
+	}
+}
+
+// minMaxMemory returns the smallest MaxMemory New accepts for cfg (from
+// its error, which names what it needs).
+func minMaxMemory(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	cfg.MaxMemory = 1
+	_, err := New(cfg)
+	m := regexp.MustCompile(`need at least (\d+)`).FindStringSubmatch(fmt.Sprint(err))
+	if m == nil {
+		t.Fatalf("New with MaxMemory 1: %v", err)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// Stats.Bytes counts what the Limiter holds on the heap, and the heap
+// never passes MaxMemory. It used to leave out the allocator's size-class
+// rounding and the tables' alignment slack, their headers and directory
+// structs, each chunk's header and the Limiter's own fixed cost: a
+// SlidingCounter with 65,536 shards at the smallest MaxMemory New accepts
+// held 138 % of MaxMemory on the heap.
+func TestHeapWithinStatsBytesAndMaxMemory(t *testing.T) {
+	for _, a := range algorithms {
+		for _, shards := range []int{1, 64, 16384, 65536} {
+			for _, spare := range []int64{0, 1 << 20} {
+				t.Run(fmt.Sprintf("%v/shards=%d/spare=%d", a, shards, spare), func(t *testing.T) {
+					clk := &fakeClock{}
+					cfg := Config{Algorithm: a, Limit: 1, Window: time.Second, Shards: shards, Clock: clk, SweepInterval: time.Hour}
+					cfg.MaxMemory = minMaxMemory(t, cfg) + spare
+					grew, v := heapGrowth(func() any {
+						l, err := New(cfg)
+						if err != nil {
+							t.Fatal(err)
+						}
+						var key [16]byte
+						for i := 0; i < 2*l.Config().MaxKeys; i++ {
+							l.AllowAt(string(strconv.AppendInt(key[:0], int64(i), 10)), Time(clk.Now()))
+						}
+						return l
+					})
+					l := v.(*Limiter)
+					defer l.Close()
+					st := l.Stats()
+					t.Logf("MaxMemory %d, Stats.Bytes %d, heap grew %d (%d keys)", cfg.MaxMemory, st.Bytes, grew, st.Keys)
+					// Stats.Bytes is the bound's own measure; the heap's
+					// growth carries up to about 1 KB of the test binary's
+					// own traffic besides.
+					if st.Bytes > cfg.MaxMemory || grew > cfg.MaxMemory+1024 {
+						t.Fatalf("heap grew %d bytes, Stats.Bytes %d: past MaxMemory %d", grew, st.Bytes, cfg.MaxMemory)
+					}
+					if d := grew - st.Bytes; d > st.Bytes/50+1024 || -d > st.Bytes/50+1536 {
+						t.Fatalf("heap grew %d bytes, Stats.Bytes says %d", grew, st.Bytes)
+					}
+				})
+			}
+		}
 	}
 }

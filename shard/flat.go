@@ -168,6 +168,14 @@ type flatWrite struct {
 type flatTab struct {
 	recs []Record // 4 x nb records, bucket b at [4b, 4b+4)
 	nb   uint64   // buckets
+	cost int64    // heap bytes of the generation (tabCost)
+}
+
+// tabCost is the Go heap a table of nb buckets takes: its slab's words
+// (records, alignment slack, size-class rounding; newTab keeps no Slab)
+// and its flatTab.
+func tabCost(nb uint64) int64 {
+	return offheap.HeapSlabBytes(int(nb*bucketSlots*2)) + offheap.HeapBytes(int64(unsafe.Sizeof(flatTab{})))
 }
 
 const (
@@ -197,8 +205,8 @@ func bucketsFor(keys int64) uint64 {
 const FlatBytesPerKey = 26
 
 // FlatShardBytes is the fixed cost of a shard: its struct and its
-// smallest table.
-const FlatShardBytes = int64(unsafe.Sizeof(FlatShard{})) + minBuckets*bucketSlots*int64(RecordBytes)
+// smallest table, as the heap holds them (tabCost).
+var FlatShardBytes = int64(unsafe.Sizeof(FlatShard{})) + tabCost(minBuckets)
 
 // NewFlat returns an empty Flat. It fails only when the memory for the
 // shards' first tables cannot be had.
@@ -244,10 +252,10 @@ func (t *Flat) newTab(nb uint64) (*flatTab, error) {
 	// The state words of empty slots stay zero, whatever Free is: a state
 	// is read only after its slot's hash matched, and Publish stores the
 	// state before the hash.
-	return &flatTab{recs: recs, nb: nb}, nil
+	return &flatTab{recs: recs, nb: nb, cost: tabCost(nb)}, nil
 }
 
-func (tab *flatTab) bytes() int64 { return int64(len(tab.recs)) * int64(RecordBytes) }
+func (tab *flatTab) bytes() int64 { return tab.cost }
 
 // Hash returns key's hash under the table's seed (package keyhash), with 0
 // and 1 (the empty and tombstone marks) mapped to 2 and 3.
@@ -427,7 +435,7 @@ func (t *Flat) rebuild(s *FlatShard, keys int64) (*flatTab, error) {
 // rebuildTo is rebuild to a table of nb buckets.
 func (t *Flat) rebuildTo(s *FlatShard, nb uint64) (*flatTab, error) {
 	old := s.tab.Load()
-	grow := int64(nb)*bucketSlots*int64(RecordBytes) - old.bytes()
+	grow := tabCost(nb) - old.bytes()
 	for {
 		b := t.bytes.Load()
 		if grow > 0 && b+grow > t.maxBytes {

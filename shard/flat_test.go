@@ -287,15 +287,16 @@ func TestFlatBoundAndLazyReuse(t *testing.T) {
 // A growth that would pass MaxBytes is refused (the key overflows) and
 // gives its reservation back.
 func TestFlatMaxBytes(t *testing.T) {
-	base := int64(unsafe.Sizeof(FlatShard{})) + minBuckets*bucketSlots*16
-	f := newTestFlat(t, 1, 1000, base+64) // room for one more bucket only
+	base := int64(unsafe.Sizeof(FlatShard{})) + tabCost(minBuckets)
+	room := base + tabCost(minBuckets+1) - tabCost(minBuckets) // room for one more bucket only
+	f := newTestFlat(t, 1, 1000, room)
 	n := 0
 	for r := rand.New(rand.NewPCG(1, 1)); ; n++ {
 		if !flatInsert(f, r.Uint64()|2, 2, 0) {
 			break
 		}
 	}
-	if n != 7 || f.live.Load() != 7 || f.Bytes() > base+64 {
+	if n != 7 || f.live.Load() != 7 || f.Bytes() > room {
 		t.Fatalf("took %d keys (reserved %d) in %d bytes", n, f.live.Load(), f.Bytes())
 	}
 }

@@ -134,6 +134,7 @@ import (
 	"unsafe"
 
 	"github.com/slidelimit/slidelimit/internal/keyhash"
+	"github.com/slidelimit/slidelimit/internal/offheap"
 )
 
 // CacheLine is the padding unit for fields written by one core and read by
@@ -317,7 +318,7 @@ func New(c Config) *Table {
 		s.dir.Store(&chunkDir{})
 		ix := newIndex(minIndex)
 		s.index.Store(ix)
-		s.bytes.Store(ShardBytes + int64(4*len(ix.e)))
+		s.bytes.Store(ShardBytes + shardFixedBytes + indexBytes(len(ix.e)))
 		for int(s.allocatedCap(t)) < pre && s.growChunks(t) {
 		}
 	}
@@ -326,6 +327,27 @@ func New(c Config) *Table {
 
 // ShardBytes is the size of a Shard: its struct, counted in Bytes.
 const ShardBytes = int64(unsafe.Sizeof(Shard{}))
+
+// What the Go heap holds for a shard's parts (offheap.HeapBytes: size
+// classes; a pointer slice over 512 bytes carries an 8-byte header): the
+// index and directory structs (one each published; a replaced one is
+// garbage), the index entries, a chunk (its words and its struct) and a
+// directory's pointer array.
+var shardFixedBytes = offheap.HeapBytes(int64(unsafe.Sizeof(index{}))) + offheap.HeapBytes(int64(unsafe.Sizeof(chunkDir{})))
+
+func indexBytes(entries int) int64 { return offheap.HeapBytes(4 * int64(entries)) }
+
+func chunkBytes(rpc, stride int) int64 {
+	return offheap.HeapBytes(int64(rpc)*8*int64(stride)) + offheap.HeapBytes(int64(unsafe.Sizeof(chunk{})))
+}
+
+func dirBytes(capacity int) int64 {
+	n := 8 * int64(capacity)
+	if n > 512 {
+		n += 8
+	}
+	return offheap.HeapBytes(n)
+}
 
 // layout returns the records per chunk (a power of two) and the ceiling of
 // one shard for a Config.
@@ -357,9 +379,16 @@ func TableBytes(c Config) int64 {
 	rpc, _ := layout(c)
 	n, k := int64(c.Shards), int64(c.MaxKeys)
 	rec := int64(RecordRingBytes(c.SlotsPer))
-	perShard := ShardBytes + 64 + 10 + int64(rpc-1)*rec + 8*4 + 16
-	chunks := (k + int64(rpc) - 1) / int64(rpc)
-	return n*perShard + k*(rec+10) + 16*chunks
+	stride := int(rec / 8)
+	chunk := chunkBytes(rpc, stride)
+	// A shard's chunks hold its records in whole chunks: at most
+	// ceil(k_i/rpc), so k/rpc + 1 per shard in all. The directory's array
+	// (pointers, doubled from 4) takes at most twice 8 bytes per chunk,
+	// plus size-class rounding (at most 1/8 for these sizes) and, past 512
+	// bytes, an 8-byte header.
+	chunks := k/int64(rpc) + n
+	perShard := ShardBytes + shardFixedBytes + 64 + 10 + dirBytes(4) + 8
+	return n*perShard + k*10 + chunks*(chunk+18)
 }
 
 func newIndex(size int) *index {
@@ -483,14 +512,14 @@ func (s *Shard) growChunks(t *Table) bool {
 			c.words[j*int(t.stride)].Store(t.free) // State is a record's first word
 		}
 	}
-	grown := int64(rpc * 8 * int(t.stride))
+	grown := chunkBytes(rpc, int(t.stride))
 	cs := d.c
 	if len(cs) == cap(cs) {
 		// A new backing array twice the size; the old one stays valid for
 		// readers that hold the old directory.
 		nc := make([]*chunk, len(cs), max(4, 2*cap(cs)))
 		copy(nc, cs)
-		grown += int64(8 * (cap(nc) - cap(cs)))
+		grown += dirBytes(cap(nc)) - dirBytes(cap(cs))
 		cs = nc
 	}
 	// Appending into spare capacity writes an element no published
@@ -740,7 +769,7 @@ func (s *Shard) grow(old *index, t *Table) *index {
 		ix.e[j].Store(e)
 	}
 	s.index.Store(ix)
-	s.bytes.Add(int64(4 * (len(ix.e) - len(old.e))))
+	s.bytes.Add(indexBytes(len(ix.e)) - indexBytes(len(old.e)))
 	return ix
 }
 

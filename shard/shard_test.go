@@ -297,7 +297,7 @@ func TestBytesWithinTableBytes(t *testing.T) {
 			}
 			return n
 		}
-		if b := total(); b != int64(c.Shards)*(ShardBytes+4*minIndex) {
+		if b := total(); b != int64(c.Shards)*(ShardBytes+shardFixedBytes+indexBytes(minIndex)) {
 			t.Fatalf("%+v: %d bytes with no keys", c, b)
 		}
 		r := rand.New(rand.NewPCG(3, 4))

@@ -242,3 +242,27 @@ func TestKindString(t *testing.T) {
 		}
 	}
 }
+
+// HeapBytes matches what the runtime hands out: many allocations of one
+// size grow the heap by HeapBytes of that size each.
+func TestHeapBytesMatchesRuntime(t *testing.T) {
+	for _, n := range []int64{100, 184, 1000, 4096 + 56, 20000, 32768, 40000, 64<<10 + 56} {
+		const count = 256
+		keep := make([][]uint64, count)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.GC() // the second settles what the first left to sweep
+		runtime.ReadMemStats(&before)
+		for i := range keep {
+			keep[i] = make([]uint64, (n+7)/8)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / count
+		want := float64(HeapBytes((n + 7) / 8 * 8))
+		if per < want*0.94-16 || per > want*1.06+16 {
+			t.Errorf("%d bytes: the heap grew %.0f per allocation, HeapBytes says %.0f", n, per, want)
+		}
+		runtime.KeepAlive(keep)
+	}
+}
