@@ -1,4 +1,4 @@
-# Redis/Valkey backend (issue 6). The redisstore tests and the Redis
+# Redis/Valkey backend. The redisstore tests and the Redis
 # benchmarks start their own redis-server on 127.0.0.1 (internal/redistest),
 # so `make test` must have the binary: redis-server-dep installs Debian's
 # package when it is missing (CI runs as root on a fresh machine). The

@@ -151,18 +151,18 @@ func TestErrorReplyDoesNotTrip(t *testing.T) {
 	}
 }
 
-// TestF1CallerGivingUpIsNotAServerFault (finding 1): cancelled contexts,
+// TestCallerGivingUpIsNotAServerFault: cancelled contexts,
 // expired deadlines and callers whose deadline is shorter than a stall do
 // not open the breaker (threshold 1 here: one server fault would), consume
 // nothing, and say why with the context's error rather than
 // ErrUnavailable. Redis keeps deciding for everyone else.
-func TestF1CallerGivingUpIsNotAServerFault(t *testing.T) {
+func TestCallerGivingUpIsNotAServerFault(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	for _, pol := range []FailPolicy{FailOpen, FailLocal} {
 		t.Run(pol.String(), func(t *testing.T) {
 			s := newStore(t, Config{Client: client, Algorithm: engine.SlidingLog, Limit: 3, Window: time.Hour,
-				OnFailure: pol, BreakerThreshold: 1, Prefix: "f1:" + pol.String() + ":"})
+				OnFailure: pol, BreakerThreshold: 1, Prefix: "giveup:" + pol.String() + ":"})
 			cancelled, cancel := context.WithCancel(context.Background())
 			cancel()
 			expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
@@ -212,12 +212,12 @@ func TestF1CallerGivingUpIsNotAServerFault(t *testing.T) {
 	}
 }
 
-// TestF2StalledServerNoGhostWrites (finding 2): requests that sit in the
+// TestStalledServerNoGhostWrites: requests that sit in the
 // socket of a stopped server and time out must not consume quota when the
 // server wakes up and reads them. Under FailClosed they were denied, under
 // FailLocal decided locally: either way Redis must hold exactly what was
 // admitted before the stall, as read by a plain client afterwards.
-func TestF2StalledServerNoGhostWrites(t *testing.T) {
+func TestStalledServerNoGhostWrites(t *testing.T) {
 	for _, alg := range algorithms {
 		for _, pol := range []FailPolicy{FailClosed, FailLocal} {
 			t.Run(alg.String()+"/"+pol.String(), func(t *testing.T) {
@@ -285,11 +285,11 @@ func warmPool(t *testing.T, client redis.UniversalClient, n int) {
 	}
 }
 
-// TestF2LateWriteTakenBack (finding 2): a script whose writes run past
+// TestLateWriteTakenBack: a script whose writes run past
 // its deadline (here AllowN of 65535 with a 1 ms deadline in the server's
 // clock: adding 65535 entries takes far longer) takes them back and says
 // late; with time to spare it records all of them.
-func TestF2LateWriteTakenBack(t *testing.T) {
+func TestLateWriteTakenBack(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	const n = engine.MaxLogLimit
@@ -322,11 +322,11 @@ func TestF2LateWriteTakenBack(t *testing.T) {
 	}
 }
 
-// TestF2HugeAllowNConsistent (finding 2): AllowN(k, 65535) under a budget
+// TestHugeAllowNConsistentUnderTightBudget: AllowN(k, 65535) under a budget
 // too short to write 65535 entries returns a fault and records nothing
 // (Redis takes its writes back), and under a generous one is admitted and
 // records all: the caller's view and Redis agree.
-func TestF2HugeAllowNConsistent(t *testing.T) {
+func TestHugeAllowNConsistentUnderTightBudget(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	cfg := Config{Client: client, Algorithm: engine.SlidingLog, Limit: engine.MaxLogLimit, Window: time.Hour, OnFailure: FailClosed}
@@ -349,10 +349,10 @@ func TestF2HugeAllowNConsistent(t *testing.T) {
 	}
 }
 
-// TestF8BreakerCountsIntervalsNotCalls (finding 8): a stall shorter than a
+// TestBreakerCountsIntervalsNotCalls: a stall shorter than a
 // few Timeouts with many calls in flight counts as one failing interval
 // (or two), so it does not open the breaker; a sustained outage does.
-func TestF8BreakerCountsIntervalsNotCalls(t *testing.T) {
+func TestBreakerCountsIntervalsNotCalls(t *testing.T) {
 	quietClientLog(t)
 	srv := redistest.Start(t)
 	const inFlight = 12
@@ -418,10 +418,10 @@ func TestBreakerIntervals(t *testing.T) {
 	}
 }
 
-// TestF9RejectsClientsThatIgnoreTimeout (finding 9): clients whose
+// TestRejectsClientsThatIgnoreTimeout: clients whose
 // options would let a call outlive Timeout, or go-redis resend a script,
 // are rejected at New with an error naming the option.
-func TestF9RejectsClientsThatIgnoreTimeout(t *testing.T) {
+func TestRejectsClientsThatIgnoreTimeout(t *testing.T) {
 	base := Config{Algorithm: engine.SlidingLog, Limit: 1, Window: time.Second, Timeout: 50 * time.Millisecond}
 	cases := []struct {
 		name   string
@@ -463,10 +463,10 @@ func TestF9RejectsClientsThatIgnoreTimeout(t *testing.T) {
 // wrapped is a redis.UniversalClient New cannot see through.
 type wrapped struct{ *redis.Client }
 
-// TestF9KeyTooLong (finding 9): a key longer than MaxKeyLen is denied with
+// TestKeyTooLongDeniedWithoutRoundTrip: a key longer than MaxKeyLen is denied with
 // an errors.Is-able error and never reaches Redis; MaxKeyLen itself is
 // fine.
-func TestF9KeyTooLong(t *testing.T) {
+func TestKeyTooLongDeniedWithoutRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	s := newStore(t, Config{Client: client, Algorithm: engine.SlidingCounter, Limit: 5, Window: time.Minute, OnFailure: FailOpen})
@@ -545,7 +545,7 @@ return {ok and 1 or 0, first}`
 	}
 }
 
-// TestCancelOnTheWireBoundedByTimeout (issue 12 review F3): a caller that
+// TestCancelOnTheWireBoundedByTimeout: a caller that
 // cancels while its call sits in a stopped server's socket gets its answer
 // when the call's deadline passes (go-redis does not interrupt a read on
 // cancellation), so Timeout bounds how long a client that left holds a

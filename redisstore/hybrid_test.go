@@ -56,7 +56,7 @@ type traceReq struct {
 // every key in every window of length Window must stay within Limit +
 // Bound(3) (+1 per node: a request measured before a first lease whose
 // reservation lands after the window). For SlidingCounter this measures
-// the bound that includes the counter's own approximation (finding 10).
+// the bound that includes the counter's own approximation.
 func TestHybridOvershoot(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, alg := range algorithms {
@@ -313,13 +313,13 @@ func requireAllAdmitted(t *testing.T, h *Hybrid, keys []string, span time.Durati
 	}
 }
 
-// TestF4HybridSlowNetwork (finding 4): with a round trip of 12 ms and
+// TestHybridSlowNetwork: with a round trip of 12 ms and
 // SyncInterval 5 ms (a lease used to die 10 ms after its send, so it
 // arrived dead) and a request every 11 ms or more, far below the limit,
 // the Hybrid admits every request, as a Store would, and leaves none to
 // the policy: a request that finds no live lease waits for the one in
 // flight.
-func TestF4HybridSlowNetwork(t *testing.T) {
+func TestHybridSlowNetwork(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr(), 6*time.Millisecond)
 	for _, alg := range algorithms {
@@ -330,11 +330,11 @@ func TestF4HybridSlowNetwork(t *testing.T) {
 	}
 }
 
-// TestF4HybridManyHotKeys (finding 4): 1100 active keys (three pipeline
+// TestHybridManyHotKeys: 1100 active keys (three pipeline
 // chunks per sync) behind a 12 ms round trip: each chunk's leases count
 // from its own send and receipt (they used to share the sync's start, so
 // later chunks arrived dead), and every key is served without the policy.
-func TestF4HybridManyHotKeys(t *testing.T) {
+func TestHybridManyHotKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr(), 6*time.Millisecond)
 	keys := make([]string, 2*pipelineChunk+76)
@@ -348,10 +348,10 @@ func TestF4HybridManyHotKeys(t *testing.T) {
 	}
 }
 
-// TestF4LateLeaseIsAFault (finding 4): when the round trip exceeds
+// TestLateLeaseIsAFault: when the round trip exceeds
 // Timeout, no lease can arrive in time: each decision without one is made
 // by the fail policy and counted, never silently denied.
-func TestF4LateLeaseIsAFault(t *testing.T) {
+func TestLateLeaseIsAFault(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr(), 60*time.Millisecond)
 	for _, pol := range []FailPolicy{FailOpen, FailClosed} {
@@ -380,11 +380,11 @@ func TestF4LateLeaseIsAFault(t *testing.T) {
 	}
 }
 
-// TestF5HybridStallBoundedByTimeout (finding 5): eight requests for a new
+// TestHybridStallBoundedByTimeout: eight requests for a new
 // key while Redis is stopped all wait for the one lease in flight and give
 // up at Timeout: none waits for the others' sends (which made the worst
 // decision take 5 x Timeout).
-func TestF5HybridStallBoundedByTimeout(t *testing.T) {
+func TestHybridStallBoundedByTimeout(t *testing.T) {
 	srv := redistest.Start(t)
 	const timeout = 200 * time.Millisecond // about timeouts
 	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingCounter,
@@ -403,10 +403,10 @@ func TestF5HybridStallBoundedByTimeout(t *testing.T) {
 	}
 }
 
-// TestF6LeaseReturns (finding 6): returns apply however they leave the
+// TestLeaseReturns: returns apply however they leave the
 // state (a counter brought back to 0 by a return is 0, not the grant) and
 // count once when a node sends them again after a lost reply.
-func TestF6LeaseReturns(t *testing.T) {
+func TestLeaseReturns(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	ctx := context.Background()
@@ -462,11 +462,11 @@ func TestF6LeaseReturns(t *testing.T) {
 	})
 }
 
-// TestF1HybridCallerGivingUp (finding 1, Hybrid): a caller whose context
+// TestHybridCallerGivingUp (Hybrid): a caller whose context
 // ends while it waits for a lease gets its context's error, not
 // ErrUnavailable; the wait is not counted as a late lease and FailLocal
 // consumes nothing for it.
-func TestF1HybridCallerGivingUp(t *testing.T) {
+func TestHybridCallerGivingUp(t *testing.T) {
 	srv := redistest.Start(t)
 	h := newHybrid(t, HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: engine.SlidingLog,
 		Limit: 2, Window: time.Hour, OnFailure: FailLocal}})
@@ -524,11 +524,11 @@ func TestHybridReturnsAcrossIdleDrop(t *testing.T) {
 	}
 }
 
-// TestF2HybridStallNoStrayLeases (finding 2, Hybrid): lease requests that
+// TestHybridStallNoStrayLeases (Hybrid): lease requests that
 // sit in a stopped server's socket and time out are refused when it wakes
 // up, so no tokens end up reserved that the node never received: after
 // Close, Redis holds exactly what the node admitted, key by key.
-func TestF2HybridStallNoStrayLeases(t *testing.T) {
+func TestHybridStallNoStrayLeases(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
@@ -589,7 +589,7 @@ func TestHybridOpenBreakerNoResendLoop(t *testing.T) {
 	}
 }
 
-// TestWaitSurfacesBackendFault (issue 12 review F5): engine.WaitN on a
+// TestWaitSurfacesBackendFault: engine.WaitN on a
 // Hybrid or a Store whose Redis is gone returns the backend's error (the
 // FailClosed policy denied) instead of retrying until the context ends.
 func TestWaitSurfacesBackendFault(t *testing.T) {
@@ -632,8 +632,8 @@ func oneTokenLeases(t *testing.T, srv *redistest.Server, alg engine.Algorithm, l
 	return h
 }
 
-// TestHybridRequestAboveMaxLease (adversarial review of issue 10, finding
-// 1): with a live lease renewed at the key's usual size (MaxLease 1 here),
+// TestHybridRequestAboveMaxLease (found by an adversarial review): with a
+// live lease renewed at the key's usual size (MaxLease 1 here),
 // AllowN(k, n > MaxLease) was denied from that lease forever, though Redis
 // had room: the lease cannot judge n. Such a request asks Redis for n; on
 // an empty window every one is admitted, and WaitN(n) succeeds at once.
@@ -663,7 +663,7 @@ func TestHybridRequestAboveMaxLease(t *testing.T) {
 	}
 }
 
-// TestHybridWideRequestNotBlockedByOwnLease (review of the fix above): a
+// TestHybridWideRequestNotBlockedByOwnLease (found reviewing the fix above): a
 // request of n larger than the live lease was asked for retires that
 // lease first, so its unspent tokens go back in the same script run: on a
 // Limit-10 key with one request admitted, AllowN(k, 9) is admitted (it

@@ -52,7 +52,7 @@ func TestCRC16(t *testing.T) {
 // anywhere, binary.
 var hostileKeys = []string{"", "}", "{", "}{", "{}", "}x", "{x}", "a}b{c", "\x00", "\xff\xfe}", strings.Repeat("}", 100), "user:1"}
 
-// FuzzKeyNames (finding 3): for every key, all the Redis keys of one
+// FuzzKeyNames: for every key, all the Redis keys of one
 // limiter key hash to the slot of its digest tag (so a script touching
 // several is legal on a cluster, and a caller cannot choose the slot), and
 // distinct keys or configurations never share a name.
@@ -91,10 +91,10 @@ func FuzzKeyNames(f *testing.F) {
 	})
 }
 
-// TestF3HostileKeys (finding 3): keys that break a naive hash tag are
+// TestHostileKeys: keys that break a naive hash tag are
 // limited exactly like any other, for both algorithms (on a cluster too:
 // see TestCluster).
-func TestF3HostileKeys(t *testing.T) {
+func TestHostileKeys(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	for _, alg := range algorithms {
@@ -121,11 +121,11 @@ func testHostileKeys(t *testing.T, s *Store) {
 	}
 }
 
-// TestF7ConfigsDoNotShareState (finding 7): limiters with different
+// TestConfigsDoNotShareState: limiters with different
 // algorithms, windows or limits on the same keys under the default prefix
 // keep separate state: a 5 per minute log beside a 2 per second one admits
 // 5, not 2 and not the sum, and a counter beside a log gets no WRONGTYPE.
-func TestF7ConfigsDoNotShareState(t *testing.T) {
+func TestConfigsDoNotShareState(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
 	mk := func(alg engine.Algorithm, limit int, w time.Duration) *Store {
