@@ -39,6 +39,8 @@ const (
 const DefaultAlgorithm = SlidingCounter
 
 // Clock is a monotonic time source in nanoseconds. Now must never go back.
+// (One that does anyway breaks no bound, but idle keys and reset records
+// are judged by its readings: a step back of d delays their reuse by d.)
 type Clock interface{ Now() int64 }
 
 // OverflowPolicy says what a new key gets when the key bound is reached and
@@ -87,7 +89,7 @@ var ErrInvalidConfig = errors.New("invalid config")
 type Config struct {
 	Algorithm Algorithm     // 0: DefaultAlgorithm (SlidingCounter)
 	Limit     int           // requests admitted per Window
-	Window    time.Duration // length of the sliding window
+	Window    time.Duration // length of the sliding window (SlidingLog counts in ticks of at least 1 µs: a shorter Window acts as 1 µs)
 	Clock     Clock         // nil: the engine's own monotonic clock
 
 	// Burst is GCRA's bucket: how many requests a key with no recent
@@ -127,6 +129,11 @@ type Config struct {
 	MaxKeys int
 	// SweepInterval is how often the background sweep reclaims idle keys
 	// (keys whose window holds nothing). 0 means DefaultSweepInterval.
+	// New lowers it to a quarter of the span the algorithm's packed times
+	// can tell apart (at least 1 ms), so that the background sweep, not a
+	// decision inline, keeps state within that span: with SlidingCounter
+	// the span is 2^22 Windows, so a Window under about 2.4 µs lowers the
+	// default (Config() reports the interval in force).
 	SweepInterval time.Duration
 	// Shards is the number of key-table shards, rounded up to a power of
 	// two. 0 picks 16 x GOMAXPROCS, at least 64.

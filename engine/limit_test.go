@@ -127,3 +127,25 @@ func TestPerCallLimitAllocs(t *testing.T) {
 		}
 	}
 }
+
+// With a tiny Window the wrap guard's span (the time packed states can
+// tell apart, 2^22 Windows for SlidingCounter) was shorter than the
+// default SweepInterval, so the background sweep never came in time and a
+// decision past the span swept every key inline while others waited. New
+// now lowers the interval to a quarter of the span (at least 1 ms), and
+// keeps a shorter one as given.
+func TestSweepIntervalWithinWrapGuardSpan(t *testing.T) {
+	for _, a := range algorithms {
+		for _, w := range []time.Duration{4 * time.Nanosecond, 100 * time.Nanosecond, time.Microsecond, time.Second} {
+			l := newLimiter(t, Config{Algorithm: a, Limit: 4, Window: w})
+			got := l.Config().SweepInterval
+			if 4*got > time.Duration(l.guard) && got > minSweepInterval || got > DefaultSweepInterval {
+				t.Errorf("%v Window %v: SweepInterval %v, wrap guard span %v", a, w, got, time.Duration(l.guard))
+			}
+			l2 := newLimiter(t, Config{Algorithm: a, Limit: 4, Window: w, SweepInterval: time.Millisecond})
+			if got := l2.Config().SweepInterval; got != time.Millisecond {
+				t.Errorf("%v Window %v: SweepInterval 1ms became %v", a, w, got)
+			}
+		}
+	}
+}

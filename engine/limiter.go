@@ -113,6 +113,9 @@ func (s *stats) count(allowed bool) {
 	}
 }
 
+// minSweepInterval is the shortest sweep interval New sets on its own.
+const minSweepInterval = time.Millisecond
+
 // chunkBytes is the size of one slab chunk; a shard allocates its slab in
 // such chunks as keys arrive.
 const chunkBytes = 64 << 10
@@ -127,6 +130,13 @@ func New(cfg Config) (*Limiter, error) {
 	l := &Limiter{cfg: c, window: int64(c.Window), clock: c.Clock, stats: &stats{}, done: make(chan struct{})}
 	if err := specOf(c.Algorithm).build(l); err != nil {
 		return nil, err
+	}
+	// The background sweep must come well within the wrap guard's span, or
+	// a decision past sweepDue sweeps every key inline while others wait
+	// (with a SlidingCounter Window under ~2.4 µs the span, 2^22 Windows,
+	// is shorter than the default interval).
+	if span := time.Duration(l.guard / 4); l.cfg.SweepInterval > span {
+		l.cfg.SweepInterval = max(span, minSweepInterval)
 	}
 	l.sweepDue.Store(l.guard)
 	if l.clock == nil {
