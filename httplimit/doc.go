@@ -18,8 +18,14 @@
 //     (draft-ietf-httpapi-ratelimit-headers-11 syntax, e.g.
 //     `RateLimit-Policy: "api";q=100;w=60` and `RateLimit: "api";r=42`)
 //     and the legacy X-RateLimit-Limit, X-RateLimit-Remaining and
-//     X-RateLimit-Reset. w is the window in seconds, rounded up, never
-//     omitted. t is draft-11's effective window, "the number of seconds
+//     X-RateLimit-Reset. q is the quota a client can use at once
+//     (Decision.Limit: the limit, or a GCRA rule's bucket, Burst), and w
+//     the window in seconds, rounded up, never omitted (GCRA: the time a
+//     full bucket takes to refill, Burst x Window / Limit, rounded up).
+//     Middleware.SetLimit and SetBurst change a rule's numbers while
+//     serving, keeping every client's count; each response's q is the
+//     one its decision was made under, never the other side of a change.
+//     t is draft-11's effective window, "the number of seconds
 //     within which the client can use no more than the available quota":
 //     it is given at r=0 (a refusal, or the response that took the last
 //     unit: one extra Peek), where it is the wait until the next request

@@ -46,7 +46,7 @@ func setHeaders(h http.Header, w http.ResponseWriter, as []applied, up UpstreamH
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			b = append(b, as[i].ru.policy...)
+			b = append(b, as[i].pol.item...)
 		}
 		policyEnd = len(b)
 	}
@@ -73,12 +73,12 @@ func setHeaders(h http.Header, w http.ResponseWriter, as []applied, up UpstreamH
 		}
 	}
 	endRL, endRem := len(b), len(b)
-	limitStr := as[0].ru.limitStr
+	limitStr := as[0].pol.limitStr
 	if most >= 0 {
 		b = strconv.AppendInt(b, remaining(&as[most].d), 10)
 		endRem = len(b)
 		b = strconv.AppendInt(b, as[most].reset, 10)
-		limitStr = as[most].ru.limitStr
+		limitStr = as[most].pol.limitStr
 	}
 	s := string(b)
 
@@ -86,7 +86,7 @@ func setHeaders(h http.Header, w http.ResponseWriter, as []applied, up UpstreamH
 	if len(as) > 1 {
 		lw.vals[0] = s[:policyEnd]
 	} else {
-		lw.vals[0] = as[0].ru.policy
+		lw.vals[0] = as[0].pol.item
 	}
 	lw.vals[1] = s[policyEnd:endRL]
 	lw.vals[2] = limitStr

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -30,9 +31,19 @@ var ErrNoRules = errors.New("no rule limits any request")
 //
 // A rule matches a request when each of Method, PathPrefix and Tier is empty
 // or matches. The backend is either built by New from Engine (the rule then
-// owns it and Close closes it) or given ready in Limiter, in which case
-// Limit and Window must describe it: they are what RateLimit-Policy
-// advertises.
+// owns it and Close closes it; every engine.Config field is taken through,
+// GCRA's Burst and MaxLimit included) or given ready in Limiter, in which
+// case Limit and Window must describe it: they are what RateLimit-Policy
+// advertises. A ready Limiter that says its own numbers (an *engine.Limiter,
+// or a backend whose Config() result has Limit and Window fields, such as
+// redisstore.Store) is read at New: Limit and Window may then be left zero,
+// and New refuses a Rule whose Limit or Window differs from the Limiter's.
+//
+// What RateLimit-Policy advertises: q is the quota a client can use at
+// once, Decision.Limit (Limit; GCRA: its Burst), and w is the window in
+// seconds, rounded up (GCRA: the time a full bucket takes to refill,
+// Burst x Window / Limit, rounded up). Middleware.SetLimit and SetBurst
+// change both on a running Middleware.
 type Rule struct {
 	// Name identifies the policy in the RateLimit headers and namespaces
 	// the rule's keys. 1 to 64 bytes of [A-Za-z0-9_.-], unique per
@@ -71,8 +82,10 @@ type Rule struct {
 	// shared with other rules. Its keys are prefixed with Name and a NUL
 	// byte so rules never share state.
 	Limiter engine.RateLimiter
-	// Limit and Window describe Limiter's policy. Required with Limiter,
-	// ignored otherwise (Engine.Limit and Engine.Window are used).
+	// Limit and Window describe Limiter's policy. Required with a Limiter
+	// that does not say its own numbers (see Rule), checked against those
+	// of one that does, ignored without Limiter (Engine.Limit and
+	// Engine.Window are used).
 	Limit  int
 	Window time.Duration
 
@@ -229,6 +242,10 @@ type Middleware struct {
 	nRules      int
 	mask        uint32
 	closed      atomic.Bool
+
+	byName   map[string]*rule         // every rule (Default and Preflight too), for SetLimit
+	liveMu   sync.Mutex               // serializes SetLimit and SetBurst
+	burstSet map[*engine.Limiter]bool // GCRA limiters whose burst no longer follows the limit; under liveMu
 }
 
 // rule is a Rule compiled for the hot path.
@@ -240,12 +257,11 @@ type rule struct {
 	tier     string
 	eng      *engine.Limiter    // the owned engine, called directly; nil with a ready Limiter
 	rl       engine.RateLimiter // the ready backend, when eng is nil
+	adj      *engine.Limiter    // the limiter SetLimit changes: eng, or a ready *engine.Limiter; nil if none
 	ns       string             // key namespace ("name\x00"), "" when rl is owned
 	key      KeyFunc
-	policy   string // RateLimit-Policy item, formatted at New
-	limitStr string // X-RateLimit-Limit value
+	live     *live  // the advertised policy, replaced by SetLimit and SetBurst
 	rlPrefix string // `"name";r=`
-	wSec     int64  // window in whole seconds, rounded up
 
 	remUnknown bool // Rule.RemainingUnknown
 }
@@ -291,6 +307,7 @@ func New(opts Options) (*Middleware, error) {
 		onDeny:   opts.OnDeny,
 		onKeyErr: opts.OnKeyError,
 		observe:  opts.Observe,
+		burstSet: map[*engine.Limiter]bool{},
 	}
 	if m.onDeny == nil {
 		m.onDeny = DenyProblem
@@ -356,6 +373,15 @@ func New(opts Options) (*Middleware, error) {
 	m.stripes = make([]statStripe, n)
 	m.ruleStripes = make([]ruleStripe, n*max(m.nRules, 1))
 	m.mask = uint32(n - 1)
+	m.byName = make(map[string]*rule, m.nRules)
+	for i := range m.rules {
+		m.byName[m.rules[i].name] = &m.rules[i]
+	}
+	for _, r := range []*rule{m.def, m.preflight} {
+		if r != nil {
+			m.byName[r.name] = r
+		}
+	}
 	return m, nil
 }
 
@@ -416,18 +442,32 @@ func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[st
 		}
 		ru.prefix = routePath(r.PathPrefix)
 	}
-	limit, window := r.Limit, r.Window
+	var sh shape
 	if r.Limiter != nil {
-		if r.Engine.Limit != 0 || r.Engine.Window != 0 || r.Engine.Algorithm != 0 {
+		e := &r.Engine
+		if e.Limit != 0 || e.Window != 0 || e.Algorithm != 0 || e.Burst != 0 || e.MaxLimit != 0 {
 			return rule{}, invalidf("%s (%s) sets both Limiter and Engine", where, r.Name)
 		}
-		if limit <= 0 {
-			return rule{}, invalidf("%s (%s).Limit must be > 0 with Limiter, got %d", where, r.Name, limit)
+		sh = shape{limit: r.Limit, burst: r.Limit, window: r.Window}
+		if got, ok := limiterShape(r.Limiter); ok {
+			// The backend says its numbers: advertise them, and refuse
+			// a Rule that would advertise others.
+			if r.Limit != 0 && r.Limit != got.limit {
+				return rule{}, invalidf("%s (%s).Limit is %d but its Limiter's Limit is %d", where, r.Name, r.Limit, got.limit)
+			}
+			if r.Window != 0 && r.Window != got.window {
+				return rule{}, invalidf("%s (%s).Window is %v but its Limiter's Window is %v", where, r.Name, r.Window, got.window)
+			}
+			sh = got
 		}
-		if window <= 0 || window > engine.MaxWindow {
-			return rule{}, invalidf("%s (%s).Window must be in (0, %v] with Limiter, got %v", where, r.Name, engine.MaxWindow, window)
+		if sh.limit <= 0 {
+			return rule{}, invalidf("%s (%s).Limit must be > 0 with Limiter, got %d", where, r.Name, sh.limit)
+		}
+		if sh.window <= 0 || sh.window > engine.MaxWindow {
+			return rule{}, invalidf("%s (%s).Window must be in (0, %v] with Limiter, got %v", where, r.Name, engine.MaxWindow, sh.window)
 		}
 		ru.rl = r.Limiter
+		ru.adj, _ = r.Limiter.(*engine.Limiter)
 		ru.ns = r.Name + "\x00"
 	} else {
 		l, err := engine.New(r.Engine)
@@ -437,11 +477,14 @@ func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[st
 		m.owned = append(m.owned, l)
 		ru.eng = l
 		ru.rl = l
-		limit, window = r.Engine.Limit, r.Engine.Window
+		ru.adj = l
+		if r.Engine.Burst != 0 {
+			m.burstSet[l] = true // an explicit burst does not follow SetLimit
+		}
+		sh = shapeOf(l.Config())
 	}
-	ru.wSec = ceilSeconds(window)
-	ru.policy = `"` + r.Name + `";q=` + strconv.Itoa(limit) + ";w=" + strconv.FormatInt(ru.wSec, 10)
-	ru.limitStr = strconv.Itoa(limit)
+	ru.live = &live{}
+	ru.live.pol.Store(newPolicy(r.Name, sh))
 	ru.rlPrefix = `"` + r.Name + `";r=`
 	return ru, nil
 }
@@ -558,10 +601,11 @@ type applied struct {
 	key   string // without namespace
 	nsKey string
 	d     engine.Decision
-	t     int64 // the RateLimit t; -1: left out (see timing)
-	reset int64 // the X-RateLimit-Reset value; -1: left out
-	err   error // backend error, if any
-	taken bool  // d came from a take (else from a peek)
+	t     int64   // the RateLimit t; -1: left out (see timing)
+	reset int64   // the X-RateLimit-Reset value; -1: left out
+	err   error   // backend error, if any
+	taken bool    // d came from a take (else from a peek)
+	pol   *policy // the rule's advertised policy for d (set by timing)
 }
 
 // serve runs one request through its phases: exemption, matching, keys,
@@ -818,6 +862,7 @@ func (ru *rule) peek(ctx context.Context, key string) (engine.Decision, error) {
 // now has left the window, at most w.
 func (ru *rule) timing(ctx context.Context, a *applied) {
 	d := &a.d
+	a.pol = ru.live.current(d)
 	a.t, a.reset = -1, -1
 	switch {
 	case !d.Allowed:
@@ -826,7 +871,7 @@ func (ru *rule) timing(ctx context.Context, a *applied) {
 	case ru.remUnknown:
 		return
 	}
-	a.reset = min(ceilSeconds(d.ResetAfter), ru.wSec)
+	a.reset = min(ceilSeconds(d.ResetAfter), a.pol.wSec)
 	if d.Remaining > 0 || !a.taken {
 		return
 	}

@@ -468,8 +468,11 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"bad name", Options{Default: &Rule{Name: `a"b`, Engine: good}}, `Default.Name "a\"b"`},
 		{"duplicate name", Options{Rules: []Rule{{Name: "x", Engine: good}, {Name: "x", Engine: good}}}, `Rules[1].Name "x" is used`},
 		{"bad engine", Options{Rules: []Rule{{Name: "x", Engine: logConfig(0, time.Minute, clk)}}}, "Rules[0] (x).Engine: engine: Config.Limit must be > 0, got 0"},
-		{"limiter without limit", Options{Default: &Rule{Name: "x", Limiter: lim, Window: time.Second}}, "Default (x).Limit must be > 0"},
-		{"limiter without window", Options{Default: &Rule{Name: "x", Limiter: lim, Limit: 1}}, "Default (x).Window must be in (0, "},
+		{"limiter without limit", Options{Default: &Rule{Name: "x", Limiter: opaque{lim}, Window: time.Second}}, "Default (x).Limit must be > 0"},
+		{"limiter without window", Options{Default: &Rule{Name: "x", Limiter: opaque{lim}, Limit: 1}}, "Default (x).Window must be in (0, "},
+		{"limit other than the limiter's", Options{Default: &Rule{Name: "x", Limiter: lim, Limit: 2, Window: time.Minute}}, "Default (x).Limit is 2 but its Limiter's Limit is 1"},
+		{"window other than the limiter's", Options{Default: &Rule{Name: "x", Limiter: lim, Window: time.Second}}, "Default (x).Window is 1s but its Limiter's Window is 1m0s"},
+		{"limit other than a reflected Config", Options{Default: &Rule{Name: "x", Limiter: storeLike{opaque{lim}}, Limit: 3}}, "Default (x).Limit is 3 but its Limiter's Limit is 7"},
 		{"limiter and engine", Options{Default: &Rule{Name: "x", Limiter: lim, Limit: 1, Window: time.Second, Engine: good}}, "sets both Limiter and Engine"},
 		{"tier without func", Options{Rules: []Rule{{Name: "x", Tier: "pro", Engine: good}}}, `Rules[0] (x).Tier is "pro" but Options.Tier is nil`},
 		{"default with matcher", Options{Default: &Rule{Name: "x", PathPrefix: "/a", Engine: good}}, "must not set Method, PathPrefix or Tier"},
@@ -556,7 +559,7 @@ func TestSetHeadersAllocations(t *testing.T) {
 	}
 	defer ru.Close()
 	w := &headerWriter{h: http.Header{}}
-	as := []applied{{ru: ru.def, d: engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}, t: 30}}
+	as := []applied{{ru: ru.def, d: engine.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 30 * time.Second}, t: 30, pol: ru.def.live.pol.Load()}}
 	allocs := testing.AllocsPerRun(100, func() { setHeaders(w.h, w, as, UpstreamOurs, false).restore() })
 	if allocs > 2 {
 		t.Errorf("setHeaders allocates %v times per call, want <= 2", allocs)
@@ -625,4 +628,22 @@ func mustNew(t *testing.T, opts Options) *Middleware {
 // or unmatched).
 func policyOf(h http.Handler, method, target string) string {
 	return serveRec(h, method, target, "", nil).Header().Get("RateLimit-Policy")
+}
+
+// opaque hides a backend's Config method: a ready Limiter that does not say
+// its numbers.
+type opaque struct{ engine.RateLimiter }
+
+// storeLike is a backend whose Config returns a struct of its own package
+// (as redisstore.Store's does), read by reflection.
+type storeLike struct{ opaque }
+
+type storeLikeConfig struct {
+	Algorithm engine.Algorithm
+	Limit     int
+	Window    time.Duration
+}
+
+func (storeLike) Config() storeLikeConfig {
+	return storeLikeConfig{Limit: 7, Window: time.Minute}
 }
