@@ -222,7 +222,7 @@ func resetFlat(f *shard.Flat, h uint64, empty func(w uint64) (uint64, bool)) {
 				break
 			}
 			if rec.State.CompareAndSwap(w, e) {
-				f.ClearIdleHint(h) // the key is idle soon: let lazy reuse see it
+				f.NoteReset(h) // the key is idle soon: let lazy reuse find it
 				return
 			}
 		}

@@ -141,9 +141,12 @@
 // is idle. The sweep (every SweepInterval)
 // reclaims idle keys, and a new key that finds the bound reached reuses an
 // idle key of its shard on the spot (lazy reuse: it examines up to 64
-// records of the shard, and after a fruitless look its shard does not look
-// again before the soonest idle time it saw, or Window/8; a Reset makes it
-// look at once). Lazy reuse is a sample, bounded so that a flood of new
+// records of the shard from a cursor, and after a fruitless look its shard
+// does not look there again before the soonest idle time it saw, or
+// Window/8; a Reset makes it look at once. SlidingCounter and GCRA look
+// first, on every new key, at the shard's last three Reset keys and at up
+// to 8 slots of the new key's own probe path, which keeps the table's
+// probes short under key churn). Lazy reuse is a sample, bounded so that a flood of new
 // keys at the bound costs bounded work: a new key can overflow while an
 // idle key sits elsewhere in its shard; the next sweep frees it. Active
 // keys are never evicted: when the bound is reached and lazy reuse finds

@@ -534,6 +534,11 @@ func (l *Limiter) overflow(h uint64, n, limit int) Decision {
 // either is free for reuse at most about two Windows after the Reset.
 // GCRA marks the key's bucket full in place, at the later of now and its
 // TAT (its word never goes back), and the key is idle from then on.
+// SlidingCounter and GCRA remember the last three keys Reset in each shard,
+// and a new key that finds the bound reached takes their slots as soon as
+// they are idle, wherever lazy reuse's sample is; a shard with more Resets
+// pending leaves the older ones to lazy reuse and the sweep (then up to
+// the later of two Windows and SweepInterval).
 // A Reset racing with requests for the same key may keep the effect of
 // requests that were in flight (it never admits more than the limit).
 func (l *Limiter) Reset(key string) { l.impl.reset(key, l.rel(l.now())) }

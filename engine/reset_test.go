@@ -98,3 +98,40 @@ func TestCounterResetDefeatsPausedCAS(t *testing.T) {
 		t.Fatal("slot changed hands")
 	}
 }
+
+// A Reset key of SlidingCounter or GCRA used to stay in its slot until
+// lazy reuse's cursor or the sweep came by: in a full shard of 40,000
+// active keys a new key still overflowed 60 Windows after one was Reset.
+// Its slot is now reused once its emptied state is idle (two Windows).
+func TestResetKeyRoomReusedWithinTwoWindowsInLargeShard(t *testing.T) {
+	for _, a := range []Algorithm{SlidingCounter, GCRA} {
+		const maxKeys = 20_000
+		const w = time.Second
+		clk := &fakeClock{}
+		l := newLimiter(t, Config{Algorithm: a, Limit: 1000, Window: w, Clock: clk, Shards: 1, MaxKeys: maxKeys,
+			SweepInterval: time.Hour, Overflow: OverflowDeny})
+		keys := make([]string, maxKeys)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+			l.AllowAt(keys[i], Time(clk.Now()))
+		}
+		l.Reset(keys[maxKeys/2])
+		start := clk.Now()
+		got := int64(-1)
+		for step := 0; step < 16*8; step++ {
+			clk.t.Add(int64(w) / 16)
+			for i, k := range keys {
+				if i != maxKeys/2 {
+					l.AllowAt(k, Time(clk.Now())) // every other key stays active
+				}
+			}
+			if l.AllowAt("new"+strconv.Itoa(step), Time(clk.Now())).Allowed {
+				got = clk.Now() - start
+				break
+			}
+		}
+		if got < 0 || got > int64(2*w+w/8) {
+			t.Errorf("%v: a new key got the Reset key's room after %.2f Windows (-1: not within 8), want at most 2", a, float64(got)/float64(w))
+		}
+	}
+}

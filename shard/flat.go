@@ -103,11 +103,21 @@ import (
 // (Claim's readyAt), so a late writer of the previous owner, holding a word
 // of that older owner, never finds it again (its CAS fails).
 //
+// A key emptied by a Reset is noted (NoteReset; the last pendingResets of
+// each shard): Claim at the bound tries those slots first, by the same
+// tryFree, so a Reset key's slot is reused once its emptied state is idle
+// rather than when the cursor or the sweep reaches it.
+//
 // # Capacity
 //
 // Config.MaxKeys bounds the live keys of the whole table (a CAS-reserved
-// global count), so a new key overflows exactly when MaxKeys keys are live
-// and none of its shard's keys is idle. Config.MaxBytes bounds the bytes of
+// global count), so a new key overflows only when MaxKeys keys are live
+// and lazy reuse's bounded sample finds no idle key: the shard's noted
+// Reset keys, up to homeReclaimSlots slots of the new key's probe path
+// (on every Claim) and reclaimBudget slots from the cursor (unless a
+// fruitless scan set idleHint, up to Rescan ahead). So a new key can
+// overflow while an idle key sits elsewhere in its shard; the sweep frees
+// it. Config.MaxBytes bounds the bytes of
 // the shards and their tables: a growth that would pass it is refused, and the new key overflows
 // (with keys spread evenly over shards by the seeded hash, MaxKeys binds
 // first; MaxBytes only guards against skew). A rebuild briefly holds the
@@ -154,15 +164,25 @@ type flatRead struct {
 	tab atomic.Pointer[flatTab]
 }
 
+// flatWrite fits one cache line (tables have under 2^32 slots: MaxKeys is
+// below 2^31 and the load at least 5/8 after a rebuild... or 2 buckets).
 type flatWrite struct {
 	mu        sync.Mutex
 	live      atomic.Int64 // keys in the table (read without the lock by Len)
-	tombs     uint64       // tombstones in the table
 	freeReady int64        // latest time a key of this shard was freed
-	cursor    uint64       // where the next lazy-reuse scan starts
 	idleHint  int64        // no idle key expected before this time
-	overProbe uint64       // slots scanned by long misses since the last rebuild
+	tombs     uint32       // tombstones in the table
+	cursor    uint32       // where the next lazy-reuse scan starts
+	overProbe uint32       // slots scanned by long misses since the last rebuild (saturating)
+	// resets holds the slots of keys Reset lately (slot+1; 0: none), the
+	// newest at resetNext-1: Claim frees them first once they are idle,
+	// wherever the cursor is (see "Reclamation").
+	resetNext uint32
+	resets    [pendingResets]uint32
 }
+
+// pendingResets is how many Reset keys per shard Claim remembers.
+const pendingResets = 3
 
 // flatTab is one generation of a shard's table.
 type flatTab struct {
@@ -313,7 +333,7 @@ func (t *Flat) Touch(h uint64) {
 func (t *Flat) Find(s *FlatShard, h uint64) *Record {
 	rec, n := s.tab.Load().probe(h)
 	if rec == nil && n > maxProbeBuckets {
-		s.overProbe += uint64(n) * bucketSlots
+		s.overProbe = uint32(min(uint64(s.overProbe)+uint64(n)*bucketSlots, 1<<32-1))
 	}
 	return rec
 }
@@ -374,14 +394,14 @@ func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt in
 		return nil, 0, false
 	}
 	tab := s.tab.Load()
-	if used := uint64(s.live.Load()) + s.tombs + 1; used*8 > tab.nb*bucketSlots*7 {
+	if used := uint64(s.live.Load()) + uint64(s.tombs) + 1; used*8 > tab.nb*bucketSlots*7 {
 		nt, err := t.rebuild(s, s.live.Load()+1)
 		if err != nil {
 			t.live.Add(-1) // give the reservation back
 			return nil, 0, false
 		}
 		tab = nt
-	} else if s.overProbe >= tab.nb*bucketSlots {
+	} else if uint64(s.overProbe) >= tab.nb*bucketSlots {
 		// Clustered (see "Key churn"): lay the live keys out afresh, in a
 		// table of the same size (memory does not move with probe lengths).
 		if nt, err := t.rebuildTo(s, tab.nb); err == nil {
@@ -396,12 +416,23 @@ func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt in
 	return rec, readyAt, true
 }
 
-// ClearIdleHint lets the next Claim in the shard of h look for an idle key
-// at once (a Reset has just made one idle).
-func (t *Flat) ClearIdleHint(h uint64) {
+// NoteReset tells the table that key h has just been emptied by a Reset:
+// lazy reuse frees its slot for a new key as soon as the emptied state is
+// idle, wherever the shard's cursor is (up to pendingResets keys per
+// shard; older ones are left to the cursor and the sweep), and the next
+// Claim looks for idle keys at once.
+func (t *Flat) NoteReset(h uint64) {
 	s := &t.shards[h&t.mask]
 	s.Lock()
 	s.idleHint = 0
+	tab := s.tab.Load()
+	if rec := tab.find(h); rec != nil {
+		// The slot's index in the table that holds it now (a rebuild
+		// clears the list, so it never names a slot of another table).
+		i := (uintptr(unsafe.Pointer(rec)) - uintptr(unsafe.Pointer(&tab.recs[0]))) / unsafe.Sizeof(Record{})
+		s.resets[s.resetNext] = uint32(i) + 1
+		s.resetNext = (s.resetNext + 1) % pendingResets
+	}
 	s.Unlock()
 }
 
@@ -472,6 +503,7 @@ func (t *Flat) rebuildTo(s *FlatShard, nb uint64) (*flatTab, error) {
 	s.tab.Store(nt)
 	s.tombs = 0
 	s.overProbe = 0
+	s.resets = [pendingResets]uint32{} // slots of the old table
 	return nt, nil
 }
 
@@ -525,6 +557,18 @@ func (t *Flat) reclaimOne(s *FlatShard, h uint64, now int64) bool {
 	}
 	tab := s.tab.Load()
 	n := uint64(len(tab.recs))
+	for i, p := range s.resets {
+		if p == 0 {
+			continue
+		}
+		freed, at := t.tryFree(s, &tab.recs[p-1], now, false, true)
+		if freed || at == 0 {
+			s.resets[i] = 0 // reused now, or gone (freed, or written since)
+		}
+		if freed {
+			return true
+		}
+	}
 	b, _ := bits.Mul64(h, tab.nb)
 	for i, pos := 0, b*bucketSlots; i < homeReclaimSlots; i++ {
 		// Only slots on h's probe path, before its first empty slot: a
@@ -545,7 +589,7 @@ func (t *Flat) reclaimOne(s *FlatShard, h uint64, now int64) bool {
 	}
 	soonest := int64(1<<63 - 1)
 	for i := 0; i < reclaimBudget; i++ {
-		if s.cursor >= n {
+		if uint64(s.cursor) >= n {
 			s.cursor = 0
 		}
 		rec := &tab.recs[s.cursor]
