@@ -170,11 +170,17 @@
 //
 // The bound is on the whole table, not split over shards: a new key can
 // overflow only once Config().MaxKeys keys are tracked (idle ones count
-// until the sweep or lazy reuse frees them). SlidingLog records freed by
-// the sweep stay with their shard (they are reused by that shard's new
-// keys), so after a sweep Len can read below MaxKeys while a new key in
-// another shard overflows; with every tracked key active, overflow starts
-// exactly at Len == MaxKeys.
+// until the sweep or lazy reuse frees them). SlidingLog is the exception:
+// its bound is on records handed out, and a record freed by the sweep, by
+// lazy reuse or by Reset stays with its shard (it is reused by that
+// shard's new keys only; its memory is not given back). So once MaxKeys
+// records have been handed out, a new key whose shard holds no free
+// record overflows however low Len is: after a sweep or many Resets,
+// with many shards and a small MaxKeys, Len can be far below MaxKeys (we
+// measured 242 of 1,000 new keys denied with OverflowDeny at Len 0, 64
+// shards, MaxKeys 100). Give such a Limiter fewer shards or a MaxKeys
+// well above the keys it must track at once. With every tracked key
+// active, overflow starts exactly at Len == MaxKeys.
 //
 // # Time
 //
