@@ -58,31 +58,66 @@ type gcraAlgo struct {
 type gcraRate struct {
 	limit, burst int
 	follows      bool  // the burst follows the limit (Config.Burst 0, no SetBurst)
-	full         bool  // limit == MaxLimit: u(t) = t + off
-	off          int64 // u0 - t0
-	t0, u0       int64
+	full         bool  // limit == MaxLimit: u(t) = t + off from t1 on
+	off          int64 // u0 - t1
+	t0, t1, u0   int64 // u(t) = u0 on [t0, t1], then advances at num/den per ns
+	num, den     int64 // the speed of u (1/1 when full)
 	rule         gcra.Rule // Token, burst x Token
 }
 
 // gcraMaxDepth is the deepest bucket (burst x Token), in ns of u.
 const gcraMaxDepth = gcra.MaxDepth
 
-// gcraMaxTime bounds the times GCRA computes with (package gcra).
+// gcraMaxTime bounds the times GCRA computes with (package gcra): about
+// 36.5 years of the limiter's clock (2^60 ns). A key whose TAT would pass
+// it is denied with RetryAfter Never (see gcraAlgo.describe).
 const gcraMaxTime = gcra.MaxTime / 2
+
+// gcraMinToken is the fewest ns of u a request may cost: Window/MaxLimit
+// must be at least this many ns. Token is Window/MaxLimit rounded up, and
+// below MaxLimit the clock runs slower by 1/min(Token, 2^20) (see
+// gcraSpeed): each costs less than 1/200 of the rate, so together under
+// 1 % (New rejects finer configurations, naming MaxLimit).
+const gcraMinToken = 200
 
 // gcraToken is the cost of a request in ns of u: Window/MaxLimit rounded up.
 func gcraToken(window time.Duration, maxLimit int) int64 {
 	return (int64(window) + int64(maxLimit) - 1) / int64(maxLimit)
 }
 
+// gcraSpeed is the speed of u at limit < MaxLimit, num/den per real ns:
+// limit/MaxLimit x (S-1)/S with S = min(Token, 2^20).
+//
+// Why slower than limit/MaxLimit: u is read rounded down to a whole ns of
+// u, so a request's time can read up to one ns of u early, and a bucket
+// refilled up to one ns of u too soon would admit more than the rate
+// (Burst 1 at 1 per second with MaxLimit 1e6: a request just before a
+// tick of u and one just after it, 1 ns apart). Slowing u by 1/S makes
+// every span of real time read at most the u its exact length is worth:
+// k requests' worth of u (k x Token >= S ns of u) needs k x Token - 1 ns
+// of exact u, which at (S-1)/S of the speed takes at least the real time
+// k requests are worth at the limit. The one ns of u a piece can owe when
+// the next begins is paid by a pause of one ns of u at its start (see
+// gcraAlgo.publish). At MaxLimit (full) u is the real clock plus a whole
+// offset: nothing is rounded and nothing is slowed.
+func gcraSpeed(limit, maxLimit int, token int64) (num, den int64) {
+	s := min(token, 1<<20)
+	return int64(limit) * (s - 1), int64(maxLimit) * s // <= 2^50 each
+}
+
 func buildGCRA(l *Limiter) error {
 	c := l.cfg
-	a := &gcraAlgo{l: l, stats: l.stats, penalty: c.Penalty, token: gcraToken(c.Window, c.MaxLimit), max: int64(c.MaxLimit)}
+	tok := gcraToken(c.Window, c.MaxLimit)
+	if int64(c.Window) < gcraMinToken*int64(c.MaxLimit) {
+		return invalid("Config.MaxLimit %d is too fine for Window %v: GCRA counts a request as Window/MaxLimit ns of its clock, which must be at least %d ns so that rounding costs under 1 %% of the rate (MaxLimit at most %d, or a longer Window)",
+			c.MaxLimit, c.Window, gcraMinToken, int64(c.Window)/gcraMinToken)
+	}
+	a := &gcraAlgo{l: l, stats: l.stats, penalty: c.Penalty, token: tok, max: int64(c.MaxLimit)}
 	burst, follows := c.Burst, c.Burst == 0
 	if follows {
 		burst = c.Limit
 	}
-	a.rate.Store(a.newRate(c.Limit, burst, follows, 0, 0))
+	a.rate.Store(a.newRate(c.Limit, burst, follows, 0, 0, 0))
 	// GCRA's times are 62-bit ns and never wrap: no guard sweep is needed
 	// (a span no clock reaches). Callers' times get the counter's lead.
 	l.setBounds(math.MaxInt64, satMul(atomiccounter.LateWindows/4, l.window))
@@ -95,33 +130,53 @@ func buildGCRA(l *Limiter) error {
 	return nil
 }
 
-func (a *gcraAlgo) newRate(limit, burst int, follows bool, t0, u0 int64) *gcraRate {
-	return &gcraRate{limit: limit, burst: burst, follows: follows, full: int64(limit) == a.max,
-		off: u0 - t0, t0: t0, u0: u0, rule: gcra.Rule{Token: a.token, Depth: int64(burst) * a.token}}
+// newRate is the rate of limit and burst whose clock piece reads u0 from
+// real time t0 to t1 and then advances.
+func (a *gcraAlgo) newRate(limit, burst int, follows bool, t0, t1, u0 int64) *gcraRate {
+	r := &gcraRate{limit: limit, burst: burst, follows: follows, full: int64(limit) == a.max,
+		off: u0 - t1, t0: t0, t1: t1, u0: u0, num: 1, den: 1,
+		rule: gcra.Rule{Token: a.token, Depth: int64(burst) * a.token}}
+	if !r.full {
+		r.num, r.den = gcraSpeed(limit, int(a.max), a.token)
+	}
+	return r
 }
 
-// u is the virtual clock at real time t (ns since the epoch).
-func (r *gcraRate) u(t int64, top int64) int64 {
+// u is the virtual clock at real time t (ns since the epoch), rounded down.
+func (r *gcraRate) u(t int64) int64 {
 	t = min(t, gcraMaxTime)
-	if r.full {
-		return min(gcraMaxTime, t+r.off)
+	if t >= r.t1 {
+		if r.full {
+			return min(gcraMaxTime, t+r.off)
+		}
+		return min(gcraMaxTime, r.u0+gcra.MulDiv(t-r.t1, r.num, r.den, false))
 	}
 	if t >= r.t0 {
-		return min(gcraMaxTime, r.u0+gcra.MulDiv(t-r.t0, int64(r.limit), top, false))
+		return r.u0 // the pause at the piece's start
 	}
-	return max(0, r.u0-gcra.MulDiv(r.t0-t, int64(r.limit), top, true)) // a time before the piece
+	// A time before the piece (a caller's time behind the change): the
+	// piece's speed extended back from t0, rounded down.
+	if r.full {
+		return max(0, r.u0-(r.t0-t))
+	}
+	return max(0, r.u0-gcra.MulDiv(r.t0-t, r.num, r.den, true))
 }
 
 // real is the earliest real time at which the virtual clock reads u or
-// more (saturating).
-func (r *gcraRate) real(u int64, top int64) int64 {
-	if r.full {
-		return u - r.off
+// more (saturating): the exact inverse of u.
+func (r *gcraRate) real(u int64) int64 {
+	switch {
+	case u > r.u0 && r.full:
+		return satAdd(r.t1, u-r.u0)
+	case u > r.u0:
+		return satAdd(r.t1, gcra.MulDiv(u-r.u0, r.den, r.num, true))
+	case u == r.u0:
+		return r.t0
+	case r.full:
+		return r.t0 - (r.u0 - u)
+	default:
+		return r.t0 - gcra.MulDiv(r.u0-u, r.den, r.num, false)
 	}
-	if u >= r.u0 {
-		return satAdd(r.t0, gcra.MulDiv(u-r.u0, top, int64(r.limit), true))
-	}
-	return r.t0 - gcra.MulDiv(r.u0-u, top, int64(r.limit), false)
 }
 
 // callRule is the rule of a call with its own limit (AllowNWithLimit): a
@@ -141,7 +196,7 @@ func (a *gcraAlgo) allow(key string, rel int64) bool {
 	h := a.flat.Hash(key)
 	r := a.rate.Load()
 	if _, rec := a.flat.Lookup(h); rec != nil {
-		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel, a.max), 1, r.rule, a.penalty)
+		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty)
 		if st != gcra.Stale {
 			ok := st == gcra.Allowed
 			a.stats.count(ok)
@@ -154,7 +209,7 @@ func (a *gcraAlgo) allow(key string, rel int64) bool {
 func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
 	r := a.rate.Load()
 	if _, rec := a.flat.Lookup(h); rec != nil {
-		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel, a.max), 1, r.rule, a.penalty)
+		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty)
 		if st != gcra.Stale {
 			ok := st == gcra.Allowed
 			a.stats.count(ok)
@@ -200,7 +255,7 @@ func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) Decis
 // and the key's hash h. Decision.Limit is the bucket: the most requests
 // one call can have admitted.
 func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, rule gcra.Rule, burst int, rel int64, detail bool) Decision {
-	u := r.u(rel, a.max)
+	u := r.u(rel)
 	for {
 		s, rec := a.flat.Lookup(h)
 		if rec != nil {
@@ -229,9 +284,9 @@ func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, rule gcra.Rule, burst in
 func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, rule gcra.Rule, r *gcraRate, rel int64) {
 	rem, retryAt, fullAt := gcra.Describe(snap, int64(n), rule)
 	d.Remaining = int(rem)
-	d.ResetAfter = time.Duration(max(0, r.real(fullAt, a.max)-rel))
+	d.ResetAfter = time.Duration(max(0, r.real(fullAt)-rel))
 	if !d.Allowed {
-		d.RetryAfter = time.Duration(max(0, r.real(retryAt, a.max)-rel))
+		d.RetryAfter = time.Duration(max(0, r.real(retryAt)-rel))
 	}
 }
 
@@ -261,7 +316,7 @@ func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, rule gcra.Rule, b
 	// owner was freed nor than the clock (see logAlgo.insert).
 	r := a.rate.Load()
 	at := max(rel, readyAt, clk)
-	u := r.u(at, a.max)
+	u := r.u(at)
 	t.Publish(s, rec, h, gcra.First(u, int64(n), rule))
 	s.Unlock()
 	a.l.stats.inserts.Add(1)
@@ -275,16 +330,16 @@ func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, rule gcra.Rule, b
 // at u(rel). Under the shard's lock: the rate is loaded here.
 func (a *gcraAlgo) idle(w uint64, rel int64) (bool, int64) {
 	r := a.rate.Load()
-	if gcra.Idle(w, r.u(rel, a.max)) {
+	if gcra.Idle(w, r.u(rel)) {
 		return true, rel
 	}
-	return false, max(rel, r.real(gcra.ReadyAt(w), a.max))
+	return false, max(rel, r.real(gcra.ReadyAt(w)))
 }
 
 func (a *gcraAlgo) peek(key string, rel int64) Decision {
 	h := a.flat.Hash(key)
 	r := a.rate.Load()
-	u := r.u(rel, a.max)
+	u := r.u(rel)
 	for {
 		s, rec := a.flat.Lookup(h)
 		if rec == nil {
@@ -312,7 +367,7 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 // the word still only grows (package gcra).
 func (a *gcraAlgo) reset(key string, rel int64) {
 	h := a.flat.Hash(key)
-	u := a.rate.Load().u(rel, a.max)
+	u := a.rate.Load().u(rel)
 	resetFlat(a.flat, h, func(w uint64) (uint64, bool) {
 		if !gcra.Live(w) {
 			return 0, false
@@ -369,7 +424,19 @@ func (a *gcraAlgo) publish(next func(old *gcraRate) (limit, burst int, follows b
 	if err != nil {
 		return err
 	}
+	if limit == old.limit {
+		// The same clock: only the bucket changes.
+		a.rate.Store(a.newRate(limit, burst, follows, old.t0, old.t1, old.u0))
+		return nil
+	}
+	// The new piece starts at u(c) under the old rate (so u never goes
+	// back and debts in requests carry over) and pauses there for one ns
+	// of u at the new speed: the old piece's reading was rounded down by
+	// up to one ns of u, which the pause takes back (see gcraSpeed).
 	c := a.l.relNow()
-	a.rate.Store(a.newRate(limit, burst, follows, c, old.u(c, a.max)))
+	r := a.newRate(limit, burst, follows, c, c, old.u(c))
+	r.t1 = satAdd(c, gcra.MulDiv(1, r.den, r.num, true))
+	r.off = r.u0 - r.t1
+	a.rate.Store(r)
 	return nil
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ type gcraModel struct {
 	limit, burst int
 	follows      bool
 	penalty      bool
-	t0, u0       int64
+	t0, t1, u0   int64
+	num, den     int64 // the speed of u
 	keys         map[string]*gcraKey
 	token        int64
 }
@@ -32,21 +34,41 @@ func newGCRAModel(limit, burst, maxLimit int, window time.Duration, penalty bool
 		m.burst = limit
 	}
 	m.token = (m.window + m.max - 1) / m.max
+	m.num, m.den = m.speed()
 	return m
 }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
+// speed is the speed of u per real ns: 1 at MaxLimit, else limit/MaxLimit
+// slowed by 1/S, S = min(Token, 2^20) (it pays for reading u rounded down).
+func (m *gcraModel) speed() (num, den int64) {
+	if int64(m.limit) == m.max {
+		return 1, 1
 	}
-	return q
+	s := min(m.token, 1<<20)
+	return int64(m.limit) * (s - 1), m.max * s
 }
 
-// u is the virtual clock at real time t (small numbers in these tests:
-// no overflow in int64).
+// mulDiv is a x b / c in exact arithmetic, rounded down or up.
+func mulDiv(a, b, c int64, up bool) int64 {
+	x := new(big.Int).Mul(big.NewInt(a), big.NewInt(b))
+	q, r := new(big.Int).QuoRem(x, big.NewInt(c), new(big.Int))
+	if up && r.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// u is the virtual clock at real time t, rounded down: u0 on [t0, t1],
+// then advancing at num/den; before t0, the same speed extended back.
 func (m *gcraModel) u(t int64) int64 {
-	return max(0, m.u0+floorDiv((t-m.t0)*int64(m.limit), m.max))
+	switch {
+	case t >= m.t1:
+		return m.u0 + mulDiv(t-m.t1, m.num, m.den, false)
+	case t >= m.t0:
+		return m.u0
+	default:
+		return max(0, m.u0-mulDiv(m.t0-t, m.num, m.den, true))
+	}
 }
 
 // realAt is the first real time at which u reaches v (by search).
@@ -63,16 +85,22 @@ func (m *gcraModel) realAt(v int64) int64 {
 	return lo
 }
 
+// setLimit starts a new piece of u at now, paused for one ns of u at the
+// new speed (the old piece's rounding, paid back).
 func (m *gcraModel) setLimit(limit int, now int64) {
-	m.u0, m.t0 = m.u(now), now
-	m.limit = limit
 	if m.follows {
 		m.burst = limit
 	}
+	if limit == m.limit {
+		return
+	}
+	m.u0, m.t0 = m.u(now), now
+	m.limit = limit
+	m.num, m.den = m.speed()
+	m.t1 = now + mulDiv(1, m.den, m.num, true)
 }
 
 func (m *gcraModel) setBurst(burst int, now int64) {
-	m.u0, m.t0 = m.u(now), now
 	m.burst, m.follows = burst, false
 }
 
