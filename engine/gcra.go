@@ -57,11 +57,11 @@ type gcraAlgo struct {
 // from t0 on. Immutable: SetLimit and SetBurst publish a new one.
 type gcraRate struct {
 	limit, burst int
-	follows      bool  // the burst follows the limit (Config.Burst 0, no SetBurst)
-	full         bool  // limit == MaxLimit: u(t) = t + off from t1 on
-	off          int64 // u0 - t1
-	t0, t1, u0   int64 // u(t) = u0 on [t0, t1], then advances at num/den per ns
-	num, den     int64 // the speed of u (1/1 when full)
+	follows      bool      // the burst follows the limit (Config.Burst 0, no SetBurst)
+	full         bool      // limit == MaxLimit: u(t) = t + off from t1 on
+	off          int64     // u0 - t1
+	t0, t1, u0   int64     // u(t) = u0 on [t0, t1], then advances at num/den per ns
+	num, den     int64     // the speed of u (1/1 when full)
 	rule         gcra.Rule // Token, burst x Token
 }
 
@@ -179,16 +179,42 @@ func (r *gcraRate) real(u int64) int64 {
 	}
 }
 
+// gcraCall is the rule a decision is made under and the clock it runs on:
+// the limit in force on the virtual clock u, a per-call limit on the real
+// clock (alt), so that a per-call limit's count never depends on the limit
+// in force (u's speed does: a debt in ns of u would count as another
+// number of requests after SetLimit).
+type gcraCall struct {
+	rule  gcra.Rule
+	burst int  // the bucket in requests: rule.Depth / rule.Token
+	alt   bool // on the real clock
+}
+
 // callRule is the rule of a call with its own limit (AllowNWithLimit): a
-// rate of limit per Window, which in u costs Token x current/limit per
-// request, and a bucket of limit x burst/current requests (at least 1).
-func (a *gcraAlgo) callRule(r *gcraRate, limit int) (gcra.Rule, int) {
-	if limit == r.limit {
-		return r.rule, r.burst
+// rate of limit per Window on the real clock, Window/limit rounded up to a
+// ns per request, and a bucket of limit x burst/current requests (at
+// least 1; limit with the default Burst), as deep as GCRA allows.
+func (a *gcraAlgo) callRule(r *gcraRate, limit int) gcraCall {
+	tok := max(1, (int64(a.l.window)+int64(limit)-1)/int64(limit))
+	burst := max(1, gcra.MulDiv(int64(limit), int64(r.burst), int64(r.limit), false))
+	burst = min(burst, gcraMaxDepth/tok) // tok <= Window <= MaxWindow: at least 1
+	return gcraCall{rule: gcra.Rule{Token: tok, Depth: burst * tok}, burst: int(burst), alt: true}
+}
+
+// at is the time a request at real time t counts at on the call's clock.
+func (c *gcraCall) at(r *gcraRate, t int64) int64 {
+	if c.alt {
+		return min(max(t, 0), gcraMaxTime)
 	}
-	tok := max(1, gcra.MulDiv(a.token, int64(r.limit), int64(limit), true))
-	burst := max(1, int(gcra.MulDiv(int64(limit), int64(r.burst), int64(r.limit), false)))
-	return gcra.Rule{Token: tok, Depth: min(satMul(int64(burst), tok), gcraMaxDepth)}, burst
+	return r.u(t)
+}
+
+// realOf is the real time at which the call's clock reads x.
+func (c *gcraCall) realOf(r *gcraRate, x int64) int64 {
+	if c.alt {
+		return x
+	}
+	return r.real(x)
 }
 
 // allow is counterAlgo.allow for GCRA (and allowHash the same body).
@@ -196,27 +222,27 @@ func (a *gcraAlgo) allow(key string, rel int64) bool {
 	h := a.flat.Hash(key)
 	r := a.rate.Load()
 	if _, rec := a.flat.Lookup(h); rec != nil {
-		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty)
-		if st != gcra.Stale {
+		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty, false)
+		if st == gcra.Allowed || st == gcra.Denied {
 			ok := st == gcra.Allowed
 			a.stats.count(ok)
 			return ok
 		}
 	}
-	return a.decide(h, 1, r, r.rule, r.burst, rel, false).Allowed
+	return a.decide(h, 1, r, gcraCall{rule: r.rule, burst: r.burst}, rel, false).Allowed
 }
 
 func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
 	r := a.rate.Load()
 	if _, rec := a.flat.Lookup(h); rec != nil {
-		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty)
-		if st != gcra.Stale {
+		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty, false)
+		if st == gcra.Allowed || st == gcra.Denied {
 			ok := st == gcra.Allowed
 			a.stats.count(ok)
 			return ok
 		}
 	}
-	return a.decide(h, 1, r, r.rule, r.burst, rel, false).Allowed
+	return a.decide(h, 1, r, gcraCall{rule: r.rule, burst: r.burst}, rel, false).Allowed
 }
 
 func (a *gcraAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
@@ -238,62 +264,98 @@ func (a *gcraAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
 
 func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) Decision {
 	r := a.rate.Load()
-	rule, burst := r.rule, r.burst
+	c := gcraCall{rule: r.rule, burst: r.burst}
 	if perCall {
 		if limit <= 0 || limit > MaxGCRALimit {
 			return a.l.never(limit)
 		}
-		rule, burst = a.callRule(r, limit)
+		c = a.callRule(r, limit)
 	}
-	if n <= 0 || n > burst {
-		return a.l.never(burst)
+	if n <= 0 || n > c.burst {
+		return a.l.never(c.burst)
 	}
-	return a.decide(a.flat.Hash(key), n, r, rule, burst, rel, true)
+	return a.decide(a.flat.Hash(key), n, r, c, rel, true)
 }
 
-// decide is take for a valid n under rule (a bucket of burst requests),
-// and the key's hash h. Decision.Limit is the bucket: the most requests
-// one call can have admitted.
-func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, rule gcra.Rule, burst int, rel int64, detail bool) Decision {
-	u := r.u(rel)
+// decide is take for a valid n under call c, and the key's hash h.
+// Decision.Limit is the bucket: the most requests one call can have
+// admitted.
+func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, c gcraCall, rel int64, detail bool) Decision {
+	now := c.at(r, rel)
 	for {
 		s, rec := a.flat.Lookup(h)
 		if rec != nil {
-			st, snap := gcra.Take(&rec.State, &rec.Hash, h, u, int64(n), rule, a.penalty)
-			if st != gcra.Stale {
+			st, snap := gcra.Take(&rec.State, &rec.Hash, h, now, int64(n), c.rule, a.penalty, c.alt)
+			switch st {
+			case gcra.Allowed, gcra.Denied:
 				ok := st == gcra.Allowed
 				a.stats.count(ok)
-				d := Decision{Allowed: ok, Limit: burst}
+				d := Decision{Allowed: ok, Limit: c.burst}
 				if detail {
-					a.describe(&d, snap, n, rule, r, rel)
+					a.describe(&d, snap, n, &c, r, rel)
 				}
 				return d
+			case gcra.Other:
+				a.convert(s, rec, h, c.alt)
+				continue
 			}
 		}
 		// Not found, or freed or moved under us: the slow path.
-		if d, done := a.insert(s, h, n, rule, burst, rel); done {
+		if d, done := a.insert(s, h, n, &c, rel); done {
 			return d
 		}
 	}
 }
 
+// convert moves the key's word to the clock of alt (a key used both with
+// and without a per-call limit), under the shard's lock with the rate
+// loaded under it, like the table's idle test (see "Reclamation across a
+// change"). The key's TAT keeps its real time, rounded so that the word
+// is idle no earlier than before (gcra.Convert): from u to real, the first
+// real time u reaches it; from real to u, one tick past u of the ns before
+// it (u advances at most one tick per ns). The debt in requests is the
+// new rule's: each limit counts in its own rate.
+func (a *gcraAlgo) convert(s *shard.FlatShard, rec *shard.Record, h uint64, alt bool) {
+	s.Lock()
+	defer s.Unlock()
+	r := a.rate.Load()
+	w := rec.State.Load()
+	if !gcra.Live(w) || rec.Hash.Load() != h || gcra.Alt(w) == alt {
+		return // freed, moved or converted meanwhile: the caller looks again
+	}
+	to := func(t int64) int64 { return min(r.real(t), gcraMaxTime) }
+	if alt == false {
+		to = func(t int64) int64 {
+			if t <= 0 {
+				return 0
+			}
+			return r.u(t-1) + 1
+		}
+	}
+	rec.State.CompareAndSwap(w, gcra.Convert(w, to))
+}
+
 // describe fills the figures of d from a decision's snapshot: RetryAfter
-// is exact (the first real time at which u reaches the time n more are
-// admitted, with no other traffic), ResetAfter is until the bucket is
-// full again.
-func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, rule gcra.Rule, r *gcraRate, rel int64) {
-	rem, retryAt, fullAt := gcra.Describe(snap, int64(n), rule)
+// is exact (the first real time at which the clock reaches the time n more
+// are admitted, with no other traffic), ResetAfter is until the bucket is
+// full again. A key whose times reached GCRA's end of time (gcraMaxTime,
+// 36.5 years after the epoch) is denied with RetryAfter Never, never 0.
+func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, c *gcraCall, r *gcraRate, rel int64) {
+	rem, retryAt, fullAt := gcra.Describe(snap, int64(n), c.rule)
 	d.Remaining = int(rem)
-	d.ResetAfter = time.Duration(max(0, r.real(fullAt)-rel))
+	d.ResetAfter = time.Duration(max(0, c.realOf(r, fullAt)-rel))
 	if !d.Allowed {
-		d.RetryAfter = time.Duration(max(0, r.real(retryAt)-rel))
+		d.RetryAfter = time.Duration(c.realOf(r, retryAt) - rel)
+		if d.RetryAfter <= 0 || retryAt >= gcraMaxTime {
+			d.RetryAfter = Never
+		}
 	}
 }
 
 // insert creates the key's state under the shard lock, unless it exists
 // (then done is false and the caller retries the lock-free path). n fits
 // the bucket, so the first n requests of a new key are admitted.
-func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, rule gcra.Rule, burst int, rel int64) (Decision, bool) {
+func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel int64) (Decision, bool) {
 	t := a.flat
 	s.Lock()
 	if t.Find(s, h) != nil {
@@ -309,36 +371,41 @@ func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, rule gcra.Rule, b
 	rec, readyAt, ok := t.Claim(s, h, clk)
 	if !ok {
 		s.Unlock()
-		return a.l.overflow(h, n, burst), true
+		return a.l.overflow(h, n, c.burst), true
 	}
 	// The rate is loaded under the lock (see "Reclamation across a
 	// change"), and the key dated no earlier than its record's previous
 	// owner was freed nor than the clock (see logAlgo.insert).
 	r := a.rate.Load()
-	at := max(rel, readyAt, clk)
-	u := r.u(at)
-	t.Publish(s, rec, h, gcra.First(u, int64(n), rule))
+	at := c.at(r, max(rel, readyAt, clk))
+	t.Publish(s, rec, h, gcra.First(at, int64(n), c.rule, c.alt))
 	s.Unlock()
 	a.l.stats.inserts.Add(1)
 	a.l.stats.count(true)
-	d := Decision{Allowed: true, Limit: burst}
-	a.describe(&d, gcra.Snapshot{At: u, Base: u, After: u + int64(n)*rule.Token}, n, rule, r, rel)
+	d := Decision{Allowed: true, Limit: c.burst}
+	a.describe(&d, gcra.Snapshot{At: at, Base: at, After: at + int64(n)*c.rule.Token}, n, c, r, rel)
 	return d, true
 }
 
 // idle is the table's idle test (see package shard): the bucket is full
-// at u(rel). Under the shard's lock: the rate is loaded here.
+// at rel, on the word's clock. Under the shard's lock: the rate is loaded
+// here.
 func (a *gcraAlgo) idle(w uint64, rel int64) (bool, int64) {
 	r := a.rate.Load()
-	if gcra.Idle(w, r.u(rel)) {
+	if gcra.Idle(w, r.u(rel), min(rel, gcraMaxTime)) {
 		return true, rel
 	}
-	return false, max(rel, r.real(gcra.ReadyAt(w)))
+	t, _ := gcra.Unpack(w)
+	if gcra.Alt(w) {
+		return false, max(rel, t)
+	}
+	return false, max(rel, r.real(t))
 }
 
 func (a *gcraAlgo) peek(key string, rel int64) Decision {
 	h := a.flat.Hash(key)
 	r := a.rate.Load()
+	c := gcraCall{rule: r.rule, burst: r.burst}
 	u := r.u(rel)
 	for {
 		s, rec := a.flat.Lookup(h)
@@ -351,14 +418,27 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 			}
 			return Decision{Allowed: true, Limit: r.burst, Remaining: r.burst}
 		}
-		st, snap := gcra.Peek(&rec.State, &rec.Hash, h, u, r.rule)
-		if st == gcra.Stale {
+		w := rec.State.Load()
+		if !gcra.Live(w) || rec.Hash.Load() != h {
 			s.Lock() // a sweep or a rebuild is removing or moving the record: wait for it
 			s.Unlock()
 			continue
 		}
+		if gcra.Alt(w) {
+			// On the real clock (per-call limits): judged as AllowN would
+			// judge it, on u after the same conversion.
+			t, reset := gcra.Unpack(w)
+			ut := int64(0)
+			if t > 0 {
+				ut = r.u(t-1) + 1
+			}
+			if w = gcra.Pack(ut, false); reset {
+				w = gcra.PackReset(ut, false)
+			}
+		}
+		st, snap := gcra.Peek(w, u, r.rule)
 		d := Decision{Allowed: st == gcra.Allowed, Limit: r.burst}
-		a.describe(&d, snap, 1, r.rule, r, rel)
+		a.describe(&d, snap, 1, &c, r, rel)
 		return d
 	}
 }
@@ -367,10 +447,15 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 // the word still only grows (package gcra).
 func (a *gcraAlgo) reset(key string, rel int64) {
 	h := a.flat.Hash(key)
-	u := a.rate.Load().u(rel)
+	r := a.rate.Load()
+	u := r.u(rel)
+	real := min(max(rel, 0), gcraMaxTime)
 	resetFlat(a.flat, h, func(w uint64) (uint64, bool) {
 		if !gcra.Live(w) {
 			return 0, false
+		}
+		if gcra.Alt(w) {
+			return gcra.Emptied(w, real), true
 		}
 		return gcra.Emptied(w, u), true
 	})

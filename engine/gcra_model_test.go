@@ -26,6 +26,7 @@ type gcraModel struct {
 type gcraKey struct {
 	at    int64
 	reset bool
+	alt   bool // on the real clock (last used with a per-call limit)
 }
 
 func newGCRAModel(limit, burst, maxLimit int, window time.Duration, penalty bool) *gcraModel {
@@ -73,7 +74,7 @@ func (m *gcraModel) u(t int64) int64 {
 
 // realAt is the first real time at which u reaches v (by search).
 func (m *gcraModel) realAt(v int64) int64 {
-	lo, hi := int64(-1)<<40, int64(1)<<50
+	lo, hi := int64(-1)<<40, int64(1)<<61
 	for lo < hi {
 		mid := lo + (hi-lo)/2
 		if m.u(mid) >= v {
@@ -105,31 +106,65 @@ func (m *gcraModel) setBurst(burst int, now int64) {
 }
 
 // rule returns the cost and depth of a call with limit (0: the limit in
-// force), and its bucket in requests.
-func (m *gcraModel) rule(limit int) (tok, depth int64, burst int) {
-	if limit == 0 || limit == m.limit {
-		return m.token, int64(m.burst) * m.token, m.burst
+// force), its bucket in requests and its clock: a per-call limit runs on
+// the real clock at Window/limit (rounded up) per request.
+func (m *gcraModel) rule(limit int) (tok, depth int64, burst int, alt bool) {
+	if limit == 0 {
+		return m.token, int64(m.burst) * m.token, m.burst, false
 	}
-	tok = max(1, (m.token*int64(m.limit)+int64(limit)-1)/int64(limit))
+	tok = max(1, (m.window+int64(limit)-1)/int64(limit))
 	burst = max(1, limit*m.burst/m.limit)
-	return tok, int64(burst) * tok, burst
+	return tok, int64(burst) * tok, burst, true
+}
+
+// clock is the time t reads on the real clock (alt) or u.
+func (m *gcraModel) clock(t int64, alt bool) int64 {
+	if alt {
+		return max(t, 0)
+	}
+	return m.u(t)
+}
+
+// realOf is the first real time at which the clock reads v.
+func (m *gcraModel) realOf(v int64, alt bool) int64 {
+	if alt {
+		return v
+	}
+	return m.realAt(v)
+}
+
+// converted is k's time moved to the other clock: from u, the first real
+// time u reaches it; from real, one tick past u of the ns before it.
+func (m *gcraModel) converted(k gcraKey) gcraKey {
+	if k.alt {
+		if k.at > 0 {
+			k.at = m.u(k.at-1) + 1
+		}
+	} else {
+		k.at = m.realAt(k.at)
+	}
+	k.alt = !k.alt
+	return k
 }
 
 // allow decides n at real time t (rel ns); clock is the clock's reading
 // (a new key counts at the later of t and the clock).
 func (m *gcraModel) allow(key string, n, limit int, t, clock int64) Decision {
-	tok, depth, burst := m.rule(limit)
+	tok, depth, burst, alt := m.rule(limit)
 	if limit < 0 || n <= 0 || n > burst {
 		return Decision{Limit: burst, RetryAfter: Never}
 	}
 	k, ok := m.keys[key]
-	u := m.u(t)
+	u := m.clock(t, alt)
 	if !ok {
 		// A new key counts at the later of t and the clock; its figures
 		// are still measured from t, the request's own time.
-		u = m.u(max(t, clock))
-		k = &gcraKey{at: u}
+		u = m.clock(max(t, clock), alt)
+		k = &gcraKey{at: u, alt: alt}
 		m.keys[key] = k
+	}
+	if k.alt != alt {
+		*k = m.converted(*k)
 	}
 	eff, base := u, max(k.at, u)
 	if k.reset {
@@ -154,18 +189,25 @@ func (m *gcraModel) allow(key string, n, limit int, t, clock int64) Decision {
 	if debt := after - eff; debt < depth {
 		d.Remaining = int((depth - debt) / tok)
 	}
-	d.ResetAfter = time.Duration(max(0, m.realAt(after)-t))
+	d.ResetAfter = time.Duration(max(0, m.realOf(after, alt)-t))
 	if !d.Allowed {
-		d.RetryAfter = time.Duration(max(0, m.realAt(after+int64(n)*tok-depth)-t))
+		d.RetryAfter = time.Duration(m.realOf(after+int64(n)*tok-depth, alt) - t)
+		if d.RetryAfter <= 0 {
+			d.RetryAfter = Never
+		}
 	}
 	return d
 }
 
 func (m *gcraModel) peek(key string, t int64) Decision {
-	tok, depth, burst := m.rule(0)
-	k, ok := m.keys[key]
+	tok, depth, burst, _ := m.rule(0)
+	kp, ok := m.keys[key]
 	if !ok {
 		return Decision{Allowed: true, Limit: burst, Remaining: burst}
+	}
+	k := *kp
+	if k.alt {
+		k = m.converted(k) // judged as AllowN would, without writing
 	}
 	u := m.u(t)
 	eff, base := u, max(k.at, u)
@@ -179,14 +221,17 @@ func (m *gcraModel) peek(key string, t int64) Decision {
 	}
 	d.ResetAfter = time.Duration(max(0, m.realAt(base)-t))
 	if !d.Allowed {
-		d.RetryAfter = time.Duration(max(0, m.realAt(base+tok-depth)-t))
+		d.RetryAfter = time.Duration(m.realAt(base+tok-depth) - t)
+		if d.RetryAfter <= 0 {
+			d.RetryAfter = Never
+		}
 	}
 	return d
 }
 
 func (m *gcraModel) reset(key string, now int64) {
 	if k, ok := m.keys[key]; ok {
-		k.at, k.reset = max(k.at, m.u(now)), true
+		k.at, k.reset = max(k.at, m.clock(now, k.alt)), true
 	}
 }
 

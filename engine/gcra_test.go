@@ -227,7 +227,7 @@ func TestGCRAResetDefeatsPausedCAS(t *testing.T) {
 		}
 	}
 	at, _ := gcra.Unpack(paused)
-	if recA.State.CompareAndSwap(paused, gcra.Pack(at+1)) {
+	if recA.State.CompareAndSwap(paused, gcra.Pack(at+1, false)) {
 		t.Fatalf("a request of the reset key wrote into the new key's state (word %#x)", paused)
 	}
 	if recA.Hash.Load() != hB {

@@ -22,22 +22,26 @@
 //
 // # Bit layout
 //
-//	 63   62   61                                          0
-//	+----+----+---------------------------------------------+
-//	| 0  | r  |                 time : 62                   |
-//	+----+----+---------------------------------------------+
+//	 63   62   61   60                                     0
+//	+----+----+----+----------------------------------------+
+//	| 0  | r  | c  |               time : 61                |
+//	+----+----+----+----------------------------------------+
 //
 // A live word has bit 63 clear. With r = 0 the time is the key's TAT.
 // With r = 1 it is a Reset's mark: the key's bucket is full from that time
 // on, and a request counts at the later of its own time and the mark's (a
-// key's times never go back). Bit 63 set marks records that hold no key:
-// Free (the record is free) and Moved (a table rebuild moved it; package
-// shard's Flat). Take and Peek report both as Stale.
+// key's times never go back). c says which of two clocks the time is on
+// (package engine runs a virtual clock for its limit in force and the
+// real clock for per-call limits): Take answers Other for a word on the
+// clock it was not given, and the caller converts it (Convert) before it
+// decides. Bit 63 set marks records that hold no key: Free (the record is
+// free) and Moved (a table rebuild moved it; package shard's Flat). Take
+// reports both as Stale.
 //
-// Times are nanoseconds since the limiter's epoch (package engine may run
-// them on a virtual clock, see there) and stay below 2^62 (146 years): the
-// caller keeps times below MaxTime/2 and Depth at most MaxDepth, so no sum
-// here overflows the field and the word never wraps.
+// Times are nanoseconds since the limiter's epoch and stay below 2^61
+// (73 years): the caller keeps times below MaxTime/2 (36.5 years) and
+// Depth at most MaxDepth, so no sum here overflows the field and the word
+// never wraps.
 //
 // # Why a stale CAS never succeeds
 //
@@ -48,7 +52,12 @@
 // first word dated after that reading (First adds n x Token >= 1). So every
 // word of the new key is greater than every word the old key ever had, and
 // a request of the old key that loaded one of those cannot CAS the new
-// key's word.
+// key's word. With two clocks the same holds clock by clock: a word on one
+// never equals a word on the other (bit c), and Convert keeps a key's
+// times in order across them (a converted word is idle no earlier than
+// the word it replaces), so at the free every word the old key had, on
+// either clock, is at or before that clock's reading, and the new key's
+// first word, on its clock, is after it.
 package gcra
 
 import (
@@ -58,16 +67,17 @@ import (
 
 // Field layout.
 const (
-	TimeBits  = 62
+	TimeBits  = 61
 	MaxTime   = 1<<TimeBits - 1
-	resetFlag = 1 << TimeBits
+	altFlag   = 1 << TimeBits
+	resetFlag = 1 << (TimeBits + 1)
 	timeMask  = MaxTime
 )
 
 // MaxDepth is the largest Depth (and Token) a rule may have: with times
 // below MaxTime/2, a TAT plus two Depths plus a request's n x Token (at
 // most Depth) stays below MaxTime.
-const MaxDepth = 1 << 59
+const MaxDepth = 1 << 58
 
 // Free is the word of a record that holds no key.
 const Free uint64 = 1 << 63
@@ -79,11 +89,22 @@ const Moved uint64 = 1<<63 | 1
 // Live reports whether w is a key's state (not Free, not Moved).
 func Live(w uint64) bool { return w>>63 == 0 }
 
-// Pack builds the word of a key whose TAT is tat (clamped to [0, MaxTime]).
-func Pack(tat int64) uint64 { return uint64(clamp(tat)) }
+// Pack builds the word of a key whose TAT is tat (clamped to [0, MaxTime])
+// on the clock alt says (false: the first, true: the other).
+func Pack(tat int64, alt bool) uint64 { return uint64(clamp(tat)) | clockBit(alt) }
 
-// PackReset builds a Reset's mark at time at.
-func PackReset(at int64) uint64 { return uint64(clamp(at)) | resetFlag }
+// PackReset builds a Reset's mark at time at on clock alt.
+func PackReset(at int64, alt bool) uint64 { return uint64(clamp(at)) | resetFlag | clockBit(alt) }
+
+// Alt reports whether live word w's time is on the other clock.
+func Alt(w uint64) bool { return w&altFlag != 0 }
+
+func clockBit(alt bool) uint64 {
+	if alt {
+		return altFlag
+	}
+	return 0
+}
 
 // Unpack returns the time of live word w and whether it is a Reset's mark.
 func Unpack(w uint64) (at int64, reset bool) { return int64(w & timeMask), w&resetFlag != 0 }
@@ -107,6 +128,7 @@ const (
 	Denied  Status = iota // not admitted (recorded only in Penalty mode)
 	Allowed               // admitted and recorded
 	Stale                 // the record is free or belongs to another key: look the key up again
+	Other                 // the word is on the other clock: Convert it, then decide again
 )
 
 // Snapshot is what a decision saw: the time it counted at (At: its own
@@ -135,15 +157,19 @@ func view(w uint64, now int64) (at, base int64) {
 }
 
 // Take decides n >= 1 requests at time now (0 <= now <= MaxTime/2, n x
-// Token <= Depth) for the record whose state word is st and whose identity
-// word is id, expected to hold hash. penalty records denied requests too
-// (bounded: see penaltyDepth).
-func Take(st, id *atomic.Uint64, hash uint64, now int64, n int64, r Rule, penalty bool) (Status, Snapshot) {
+// Token <= Depth) on clock alt for the record whose state word is st and
+// whose identity word is id, expected to hold hash. penalty records denied
+// requests too (bounded: see penaltyDepth). A word on the other clock is
+// left as it is (Other).
+func Take(st, id *atomic.Uint64, hash uint64, now int64, n int64, r Rule, penalty, alt bool) (Status, Snapshot) {
 	cost := n * r.Token
 	for {
 		w := st.Load()
 		if !Live(w) || id.Load() != hash {
 			return Stale, Snapshot{}
+		}
+		if Alt(w) != alt {
+			return Other, Snapshot{}
 		}
 		at, base := view(w, now)
 		s := Snapshot{At: at, Base: base, After: base}
@@ -159,7 +185,7 @@ func Take(st, id *atomic.Uint64, hash uint64, now int64, n int64, r Rule, penalt
 			}
 		}
 		s.After = next
-		if st.CompareAndSwap(w, Pack(next)) {
+		if st.CompareAndSwap(w, Pack(next, alt)) {
 			if ok {
 				return Allowed, s
 			}
@@ -168,12 +194,10 @@ func Take(st, id *atomic.Uint64, hash uint64, now int64, n int64, r Rule, penalt
 	}
 }
 
-// Peek returns what Take(n = 1) would decide at now, changing nothing.
-func Peek(st, id *atomic.Uint64, hash uint64, now int64, r Rule) (Status, Snapshot) {
-	w := st.Load()
-	if !Live(w) || id.Load() != hash {
-		return Stale, Snapshot{}
-	}
+// Peek returns what Take(n = 1) would decide at now, changing nothing,
+// for live word w (on the clock of now), the record's word just loaded
+// and checked to be the key's.
+func Peek(w uint64, now int64, r Rule) (Status, Snapshot) {
 	at, base := view(w, now)
 	s := Snapshot{At: at, Base: base, After: base}
 	if base+r.Token-at <= r.Depth {
@@ -183,17 +207,37 @@ func Peek(st, id *atomic.Uint64, hash uint64, now int64, r Rule) (Status, Snapsh
 }
 
 // First returns the word of a new key whose first n requests (n x Token
-// <= Depth: always admitted on a full bucket) arrive at now.
-func First(now, n int64, r Rule) uint64 { return Pack(now + n*r.Token) }
+// <= Depth: always admitted on a full bucket) arrive at now on clock alt.
+func First(now, n int64, r Rule, alt bool) uint64 { return Pack(now+n*r.Token, alt) }
 
 // Idle reports whether word w holds nothing at now or later: its bucket is
-// full (its time is at or before now). Free and Moved words are not idle.
-func Idle(w uint64, now int64) bool {
+// full (its time is at or before now, the reading of w's clock: altNow for
+// a word on the other clock). Free and Moved words are not idle.
+func Idle(w uint64, now, altNow int64) bool {
 	if !Live(w) {
 		return false
 	}
 	t, _ := Unpack(w)
+	if Alt(w) {
+		return t <= altNow
+	}
 	return t <= now
+}
+
+// Convert returns live word w moved to the other clock: its time t becomes
+// to(t), a time on that clock, and its kind (TAT or mark) stays. to must
+// be nondecreasing and such that a reading of the new clock at or after
+// to(t) is a time at or after t on the old one: then the word is idle on
+// the new clock no earlier than on the old, and everything that the
+// reclamation argument says of the old word holds of the new one (see
+// "Why a stale CAS never succeeds": an idle word's times, on both clocks,
+// are at or before the clock reading that freed it).
+func Convert(w uint64, to func(int64) int64) uint64 {
+	t, reset := Unpack(w)
+	if reset {
+		return PackReset(to(t), !Alt(w))
+	}
+	return Pack(to(t), !Alt(w))
 }
 
 // ReadyAt returns the time from which live word w is idle.
@@ -203,15 +247,11 @@ func ReadyAt(w uint64) int64 {
 }
 
 // Emptied returns the word that Reset stores in place of the key's word w
-// at time now: a mark at the later of now and w's time, so the word still
-// only grows (see "Why a stale CAS never succeeds").
+// at time now (on w's clock): a mark at the later of now and w's time, so
+// the word still only grows (see "Why a stale CAS never succeeds").
 func Emptied(w uint64, now int64) uint64 {
-	t := now
-	if Live(w) {
-		wt, _ := Unpack(w)
-		t = max(t, wt)
-	}
-	return PackReset(t)
+	wt, _ := Unpack(w)
+	return PackReset(max(now, wt), Alt(w))
 }
 
 // Describe turns a snapshot into a decision's figures, in the times of

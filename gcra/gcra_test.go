@@ -14,9 +14,9 @@ func FuzzPackUnpack(f *testing.F) {
 	f.Fuzz(func(t *testing.T, at int64, reset bool) {
 		var w uint64
 		if reset {
-			w = PackReset(at)
+			w = PackReset(at, false)
 		} else {
-			w = Pack(at)
+			w = Pack(at, false)
 		}
 		if !Live(w) || w == Free || w == Moved {
 			t.Fatalf("packed word %#x of time %d is not live", w, at)
@@ -26,7 +26,7 @@ func FuzzPackUnpack(f *testing.F) {
 			t.Fatalf("Unpack(%#x) = %d, %v; want %d clamped, %v", w, got, r, at, reset)
 		}
 		// Free and Moved are never a key's word, and never idle.
-		if Idle(Free, at) || Idle(Moved, at) || Live(Free) || Live(Moved) {
+		if Idle(Free, at, at) || Idle(Moved, at, at) || Live(Free) || Live(Moved) {
 			t.Fatal("Free or Moved read as a key's word")
 		}
 	})
@@ -37,25 +37,25 @@ func TestTakeBurstThenOnePerToken(t *testing.T) {
 	r := Rule{Token: 10, Depth: 30} // burst 3
 	var st, id atomic.Uint64
 	id.Store(7)
-	st.Store(First(1000, 1, r)) // one taken at 1000
+	st.Store(First(1000, 1, r, false)) // one taken at 1000
 	for i := 0; i < 2; i++ {
-		if s, _ := Take(&st, &id, 7, 1000, 1, r, false); s != Allowed {
+		if s, _ := Take(&st, &id, 7, 1000, 1, r, false, false); s != Allowed {
 			t.Fatalf("request %d of the burst denied", i+2)
 		}
 	}
-	if s, snap := Take(&st, &id, 7, 1000, 1, r, false); s != Denied || snap.After != 1030 {
+	if s, snap := Take(&st, &id, 7, 1000, 1, r, false, false); s != Denied || snap.After != 1030 {
 		t.Fatalf("4th at once: %v %+v, want denied with TAT 1030", s, snap)
 	}
-	if s, _ := Take(&st, &id, 7, 1009, 1, r, false); s != Denied {
+	if s, _ := Take(&st, &id, 7, 1009, 1, r, false, false); s != Denied {
 		t.Fatal("admitted before one Token passed")
 	}
-	if s, _ := Take(&st, &id, 7, 1010, 1, r, false); s != Allowed {
+	if s, _ := Take(&st, &id, 7, 1010, 1, r, false, false); s != Allowed {
 		t.Fatal("denied after one Token")
 	}
-	if s, _ := Take(&st, &id, 7, 1030, 3, r, false); s != Denied {
+	if s, _ := Take(&st, &id, 7, 1030, 3, r, false, false); s != Denied {
 		t.Fatal("3 at once admitted with 2 free (all or none)")
 	}
-	if s, _ := Take(&st, &id, 8, 5000, 1, r, false); s != Stale {
+	if s, _ := Take(&st, &id, 8, 5000, 1, r, false, false); s != Stale {
 		t.Fatal("a record of another hash was not Stale")
 	}
 }
@@ -65,9 +65,9 @@ func TestTakePenaltyIsBounded(t *testing.T) {
 	r := Rule{Token: 10, Depth: 30}
 	var st, id atomic.Uint64
 	id.Store(1)
-	st.Store(Pack(1030))
+	st.Store(Pack(1030, false))
 	for i := 0; i < 100; i++ {
-		Take(&st, &id, 1, 1000, 1, r, true)
+		Take(&st, &id, 1, 1000, 1, r, true, false)
 	}
 	if tat, _ := Unpack(st.Load()); tat != 1000+2*30 {
 		t.Fatalf("TAT after hammering = %d, want capped at 1060", tat)
@@ -76,13 +76,13 @@ func TestTakePenaltyIsBounded(t *testing.T) {
 	// after hammering at 1000: at 1040 (TAT 1060 + Token - Depth). A probe at
 	// 1039 is denied and pushes TAT to 1070, so the next admission is at
 	// 1050.
-	if s, _ := Take(&st, &id, 1, 1039, 1, r, true); s != Denied {
+	if s, _ := Take(&st, &id, 1, 1039, 1, r, true, false); s != Denied {
 		t.Fatal("admitted before the pause")
 	}
-	if s, _ := Take(&st, &id, 1, 1049, 1, r, false); s != Denied {
+	if s, _ := Take(&st, &id, 1, 1049, 1, r, false, false); s != Denied {
 		t.Fatal("admitted before the pushed TAT allows")
 	}
-	if s, _ := Take(&st, &id, 1, 1050, 1, r, true); s != Allowed {
+	if s, _ := Take(&st, &id, 1, 1050, 1, r, true, false); s != Allowed {
 		t.Fatal("denied after the pause")
 	}
 }
@@ -93,7 +93,7 @@ func TestWordsOnlyGrow(t *testing.T) {
 	r := Rule{Token: 7, Depth: 21}
 	var st, id atomic.Uint64
 	id.Store(1)
-	st.Store(First(100, 1, r))
+	st.Store(First(100, 1, r, false))
 	seed := uint64(1)
 	prev := int64(0)
 	for i := 0; i < 10000; i++ {
@@ -104,7 +104,7 @@ func TestWordsOnlyGrow(t *testing.T) {
 			w := st.Load()
 			st.Store(Emptied(w, now))
 		default:
-			Take(&st, &id, 1, now, int64(1+seed>>20%3), r, seed>>10%2 == 0)
+			Take(&st, &id, 1, now, int64(1+seed>>20%3), r, seed>>10%2 == 0, false)
 		}
 		at, _ := Unpack(st.Load())
 		if at < prev {

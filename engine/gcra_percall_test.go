@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A per-call limit's count does not depend on the limit in force: a key
+// that took 10 of its per-call bucket of 20 gets exactly 10 more after
+// SetLimit raises or lowers the limit in force (with the default Burst a
+// per-call bucket is the per-call limit). Before, per-call keys counted on
+// the clock whose speed follows the limit in force: after SetLimit(20)
+// they got 15 more (25 at one instant from a bucket of 20), after
+// SetLimit(5) none.
+func TestGCRAPerCallLimitKeepsItsCountAcrossSetLimit(t *testing.T) {
+	for _, next := range []int{20, 5, 100, 1} {
+		t.Run(fmt.Sprintf("SetLimit(%d)", next), func(t *testing.T) {
+			clk := &fakeClock{}
+			clk.t.Store(1e12)
+			l := newLimiter(t, Config{Algorithm: GCRA, Limit: 10, MaxLimit: 100, Window: time.Second, Clock: clk})
+			for i := 0; i < 10; i++ {
+				if d := l.AllowNWithLimit("premium", 1, 20); !d.Allowed || d.Limit != 20 {
+					t.Fatalf("request %d of a per-call bucket of 20: %+v", i+1, d)
+				}
+			}
+			if err := l.SetLimit(next); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for l.AllowNWithLimit("premium", 1, 20).Allowed {
+				n++
+			}
+			if n != 10 {
+				t.Fatalf("after SetLimit(%d): %d more admitted, want 10", next, n)
+			}
+			// And it refills at 20 per second: one more 50 ms later.
+			d := l.AllowNWithLimit("premium", 1, 20)
+			if d.Allowed || d.RetryAfter != 50*time.Millisecond {
+				t.Fatalf("drained per-call key: %+v, want RetryAfter 50ms", d)
+			}
+		})
+	}
+}
+
+// A per-call bucket deeper than GCRA's deepest (gcra.MaxDepth) is cut to
+// it, and Decision.Limit says so: n above it can never be admitted, on a
+// new key and on an existing one alike (RetryAfter Never, counted as
+// Invalid), instead of being admitted once on a new key and then denied
+// with a RetryAfter that never comes.
+func TestGCRAPerCallBucketAboveMaxDepthIsCutToIt(t *testing.T) {
+	clk := &fakeClock{}
+	l := newLimiter(t, Config{Algorithm: GCRA, Limit: 1, MaxLimit: 1000, Burst: MaxGCRALimit, Window: time.Second, Clock: clk})
+	const huge = 600_000_000_000_000_000 // above the deepest bucket, in 1 ns tokens
+	if d := l.AllowNWithLimit("existing", 1, MaxGCRALimit); !d.Allowed {
+		t.Fatalf("first request of a key: %+v", d)
+	}
+	for _, key := range []string{"new", "existing"} {
+		d := l.AllowNWithLimit(key, huge, MaxGCRALimit)
+		if d.Allowed || d.RetryAfter != Never || d.Limit != 1<<58 {
+			t.Fatalf("%s key, n = %d above the deepest bucket: %+v, want denied with RetryAfter Never and Limit 2^58 (the cut bucket in 1 ns tokens)", key, huge, d)
+		}
+	}
+	if s := l.Stats(); s.Invalid != 2 || s.Denied != 0 {
+		t.Fatalf("stats %+v, want 2 Invalid and no Denied", s)
+	}
+	if d := l.AllowNWithLimit("fresh", 1<<58, MaxGCRALimit); !d.Allowed {
+		t.Fatalf("a full cut bucket at once: %+v", d)
+	}
+}
