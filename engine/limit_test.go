@@ -135,8 +135,12 @@ func TestPerCallLimitAllocs(t *testing.T) {
 // now lowers the interval to a quarter of the span (at least 1 ms), and
 // keeps a shorter one as given.
 func TestSweepIntervalWithinWrapGuardSpan(t *testing.T) {
+	windows := []time.Duration{4 * time.Nanosecond, 100 * time.Nanosecond, time.Microsecond, time.Second}
 	for _, a := range algorithms {
-		for _, w := range []time.Duration{4 * time.Nanosecond, 100 * time.Nanosecond, time.Microsecond, time.Second} {
+		for _, w := range append(windows, time.Millisecond) {
+			if a == GCRA && w < time.Millisecond {
+				continue // GCRA wants a coarser Window per unit of its limit
+			}
 			l := newLimiter(t, Config{Algorithm: a, Limit: 4, Window: w})
 			got := l.Config().SweepInterval
 			if 4*got > time.Duration(l.guard) && got > minSweepInterval || got > DefaultSweepInterval {
