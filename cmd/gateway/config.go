@@ -80,6 +80,10 @@ type slidingWindow struct {
 	CleanupIntervalMs int64  `yaml:"cleanup_interval_ms"`
 	MemoryLimitMB     int64  `yaml:"memory_limit_mb"`
 	EvictionPolicy    string `yaml:"eviction_policy"`
+	// Burst and MaxLimit are the default policy's (see ruleConfig); rules
+	// do not inherit them.
+	Burst    *int `yaml:"burst"`
+	MaxLimit *int `yaml:"max_limit"`
 }
 
 type ruleConfig struct {
@@ -90,7 +94,16 @@ type ruleConfig struct {
 	WindowSizeMs *int64 `yaml:"window_size_ms"`
 	MaxRequests  *int   `yaml:"max_requests"`
 	Algorithm    string `yaml:"algorithm"`
-	Key          string `yaml:"key"`
+	// Burst is GCRA's bucket (algorithm: gcra only): how many requests a
+	// client with no recent traffic gets at once, then max_requests per
+	// window. Absent: max_requests.
+	Burst *int `yaml:"burst"`
+	// MaxLimit is the headroom for reloads that change max_requests while
+	// keeping the rule's counts (engine.Config.MaxLimit): a reload may set
+	// max_requests up to it without starting the rule afresh. Absent:
+	// max_requests for log and gcra, the algorithm's maximum for counter.
+	MaxLimit *int   `yaml:"max_limit"`
+	Key      string `yaml:"key"`
 	// Backend is memory (the default: this process's engine), redis (every
 	// gateway sharing the Redis server shares the limit; one round trip
 	// per decision) or hybrid (leases of the shared limit, decided in
@@ -248,15 +261,22 @@ type config struct {
 
 // backendSpec says how to build one rule's backend and when an existing
 // one may be kept across a reload: fp covers everything that shapes the
-// rule's state (name, key source, algorithm, limit, window, engine and
-// Redis settings), so equal fingerprints mean the old state is still right.
+// rule's state (name, key source, algorithm, window, engine and Redis
+// settings, and a Redis backend's limit), so equal fingerprints mean the
+// old state is still right. A memory backend's limit and burst are not in
+// it: the kept limiter takes the new ones (SetLimit, SetBurst) and keeps
+// its counts, unless the limit is above its MaxLimit (then it is rebuilt).
 type backendSpec struct {
 	field string // YAML path of the rule, for errors
 	kind  string // memory, redis, hybrid
+	rule  string // the rule's name
 	fp    string
-	redis *redisConfig
-	sync  time.Duration // hybrid
-	lease int           // hybrid
+	// limit and burst are a memory backend's numbers, left out of fp: a
+	// kept limiter is set to them (burst 0: the limit).
+	limit, burst int
+	redis        *redisConfig
+	sync         time.Duration // hybrid
+	lease        int           // hybrid
 }
 
 // budgetSpec is the key budget a configuration asks for. The key
@@ -702,7 +722,13 @@ func (rl *rateLimiting) fill(c *config) error {
 	}
 	defKeyName := rl.Key
 	memory := func(field, name, keyName string, ec engine.Config) backendSpec {
-		return backendSpec{field: field, kind: "memory", fp: fmt.Sprintf("memory name=%q %s engine=%+v", name, keys.specFor(keyName), ec)}
+		// The limit and the burst are not in the fingerprint: a reload
+		// that changes only them keeps the limiter and its counts and
+		// calls SetLimit and SetBurst on it (gateway.backend).
+		id := ec
+		id.Limit, id.Burst = 0, 0
+		return backendSpec{field: field, kind: "memory", rule: name, limit: ec.Limit, burst: ec.Burst,
+			fp: fmt.Sprintf("memory name=%q %s engine=%+v", name, keys.specFor(keyName), id)}
 	}
 	names := map[string]string{}
 	claim := func(field, name string) error {
@@ -712,7 +738,7 @@ func (rl *rateLimiting) fill(c *config) error {
 		names[name] = field
 		return nil
 	}
-	engineFor := func(field string, win *int64, max *int, algName string) (engine.Config, error) {
+	engineFor := func(field string, win *int64, max *int, algName string, burst, maxLimit *int) (engine.Config, error) {
 		c := base
 		c.Algorithm, c.Window, c.Limit = alg, time.Duration(sw.WindowSizeMs)*time.Millisecond, sw.MaxRequests
 		if algName != "" {
@@ -738,11 +764,37 @@ func (rl *rateLimiting) fill(c *config) error {
 		if max == nil {
 			limitField = swp + ".max_requests"
 		}
-		if c.Algorithm == engine.SlidingLog && c.Limit > engine.MaxLogLimit {
-			return c, fieldErr(limitField, "%d exceeds the log algorithm's maximum %d (use algorithm: counter)", c.Limit, engine.MaxLogLimit)
+		if most := c.Algorithm.MaxLimit(); c.Limit > most {
+			hint := ""
+			if c.Algorithm == engine.SlidingLog {
+				hint = " (use algorithm: counter or gcra)"
+			}
+			return c, fieldErr(limitField, "%d exceeds the %v algorithm's maximum %d%s", c.Limit, c.Algorithm, most, hint)
 		}
-		if c.Algorithm == engine.SlidingCounter && c.Limit > engine.MaxCounterLimit {
-			return c, fieldErr(limitField, "%d exceeds the counter algorithm's maximum %d", c.Limit, engine.MaxCounterLimit)
+		if burst != nil {
+			if c.Algorithm != engine.GCRA {
+				return c, fieldErr(field+".burst", "is for algorithm: gcra; the %v algorithm's burst is max_requests (leave burst out)", c.Algorithm)
+			}
+			if *burst < 1 || *burst > engine.MaxGCRALimit {
+				return c, fieldErr(field+".burst", "must be in [1, %d], got %d", engine.MaxGCRALimit, *burst)
+			}
+			c.Burst = *burst
+		}
+		if maxLimit != nil {
+			if most := c.Algorithm.MaxLimit(); *maxLimit < c.Limit || *maxLimit > most {
+				return c, fieldErr(field+".max_limit", "must be in [max_requests %d, %d] for the %v algorithm, got %d", c.Limit, most, c.Algorithm, *maxLimit)
+			}
+			c.MaxLimit = *maxLimit
+		}
+		if c.Algorithm == engine.GCRA {
+			// GCRA's clock ticks at Window/MaxLimit: at least 1 ns.
+			ml := c.Limit
+			if c.MaxLimit != 0 {
+				ml = c.MaxLimit
+			}
+			if c.Window < time.Duration(ml) {
+				return c, fieldErr(field+".window_size_ms", "%v is shorter than %d ns (max_limit or max_requests): GCRA's emission interval must be at least 1 ns", c.Window, ml)
+			}
 		}
 		return c, nil
 	}
@@ -762,7 +814,7 @@ func (rl *rateLimiting) fill(c *config) error {
 		if rc.Method != "" && !validToken(method) {
 			return fieldErr(f+".method", "%q is not an HTTP method", rc.Method)
 		}
-		ec, err := engineFor(f, rc.WindowSizeMs, rc.MaxRequests, rc.Algorithm)
+		ec, err := engineFor(f, rc.WindowSizeMs, rc.MaxRequests, rc.Algorithm, rc.Burst, rc.MaxLimit)
 		if err != nil {
 			return err
 		}
@@ -816,7 +868,7 @@ func (rl *rateLimiting) fill(c *config) error {
 			}
 			tierOf[k] = tc.Name
 		}
-		ec, err := engineFor(f, tc.WindowSizeMs, tc.MaxRequests, tc.Algorithm)
+		ec, err := engineFor(f, tc.WindowSizeMs, tc.MaxRequests, tc.Algorithm, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -855,7 +907,7 @@ func (rl *rateLimiting) fill(c *config) error {
 		return fieldErr(p+".tier_header", "is set but rate_limiting.tiers is empty")
 	}
 
-	def, err := engineFor(swp, nil, nil, "")
+	def, err := engineFor(swp, nil, nil, "", sw.Burst, sw.MaxLimit)
 	if err != nil {
 		return err
 	}
@@ -869,7 +921,7 @@ func (rl *rateLimiting) fill(c *config) error {
 	if pf == nil {
 		pf = &preflightFile{}
 	}
-	pre, err := engineFor(p+".preflight", pf.WindowSizeMs, pf.MaxRequests, "")
+	pre, err := engineFor(p+".preflight", pf.WindowSizeMs, pf.MaxRequests, "", nil, nil)
 	if err != nil {
 		return err
 	}
@@ -985,7 +1037,11 @@ func parseAlgorithm(field, s string, def engine.Algorithm) (engine.Algorithm, er
 	}
 	a, err := engine.ParseAlgorithm(s)
 	if err != nil {
-		return 0, fieldErr(field, "%q is not one of log, sliding_log, counter, sliding_counter", s)
+		names := make([]string, 0, 3)
+		for _, a := range engine.Algorithms() {
+			names = append(names, a.String())
+		}
+		return 0, fieldErr(field, "%q is not one of %s (or another spelling engine.ParseAlgorithm accepts: sliding_log, sliding_counter, token_bucket, ...)", s, strings.Join(names, ", "))
 	}
 	return a, nil
 }

@@ -15,10 +15,17 @@
 // a file that fails any of that is logged and the running configuration
 // keeps serving. A good one becomes current in one atomic swap. Each
 // request holds the configuration it started with until it ends, so
-// requests in flight never see a reload. Limiter state (and Redis clients,
-// and the key budget) is kept for every rule whose name, key source and
-// policy are unchanged (the same fingerprint: an ip or route_ip rule is
-// untouched by a new key_header or key_budget), and released when the last
+// requests in flight never see a reload's limiters, proxy or timeouts.
+// Limiter state (and Redis clients, and the key budget) is kept for every
+// rule whose name, key source and policy are unchanged (the same
+// fingerprint: an ip or route_ip rule is untouched by a new key_header or
+// key_budget). An in-memory rule whose only change is max_requests (up to
+// its limiter's max_limit) or burst keeps its limiter and counts too: the
+// limiter takes the new numbers (engine SetLimit and SetBurst, through the
+// running middleware, so its headers follow) just before the swap, and
+// every decision from then on, in either configuration, is made under
+// them; a build that fails afterwards puts the old numbers back. State is
+// released when the last
 // configuration holding it has drained (a websocket proxied through keeps
 // its configuration's limiters until it closes). The server section
 // (client timeouts and bounds) is read at start only. SIGTERM or SIGINT stops

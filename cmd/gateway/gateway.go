@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,9 +166,10 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 			}
 		}
 	}
+	var changes []numbersChange
 	for i, bs := range c.backends {
 		ru := targets[i]
-		r, isNew, err := g.backend(bs, ru.Engine, take)
+		r, isNew, err := g.backend(bs, ru.Engine, take, &changes)
 		if err != nil {
 			return nil, fresh, err
 		}
@@ -231,9 +233,31 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 				"remote", r.RemoteAddr, "retry_after", e.Decision.RetryAfter.String(), "sampled_one_in", denySample)
 		}
 	}
+	// The kept limiters take their new numbers before the middleware
+	// reads them; a failure from here on puts the old ones back.
+	cur := g.cur.Load()
+	undo := func(applied []numbersChange) {
+		for i := len(applied) - 1; i >= 0; i-- {
+			c := applied[i]
+			if err := c.apply(cur, c.oldLimit, c.oldBurst); err != nil {
+				g.log.Error("restoring a rule's numbers after a failed reload", "rule", c.rule, "err", err.Error())
+			}
+		}
+	}
+	for i := range changes {
+		if err := changes[i].apply(cur, changes[i].limit, changes[i].burst); err != nil {
+			undo(changes[:i+1])
+			return nil, fresh, err
+		}
+	}
 	gen.mw, err = httplimit.New(opts)
 	if err != nil {
+		undo(changes)
 		return nil, fresh, fmt.Errorf("rate_limiting: %w", err)
+	}
+	for _, c := range changes {
+		g.log.Info("rule's numbers changed on reload; its counts are kept", "rule", c.rule,
+			"max_requests", c.limit, "was", c.oldLimit, "burst", c.burst, "burst_was", c.oldBurst)
 	}
 	gen.proxy = newProxy(g.upstream, c, g.log, g.metrics)
 	gen.handler = gen.mw.Handler(gen.proxy)
@@ -242,8 +266,20 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 
 // backend returns the resource for bs: the current one with the same
 // fingerprint, or a new one.
-func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource, bool)) (*resource, bool, error) {
-	if r, ok := g.resources[bs.fp]; ok {
+func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource, bool), changes *[]numbersChange) (*resource, bool, error) {
+	rebuilt := false
+	if r, ok := g.resources[bs.fp]; ok && r.eng != nil {
+		c, kept := g.retune(bs, r)
+		if kept {
+			if c != nil {
+				*changes = append(*changes, *c)
+			}
+			return r, false, nil
+		}
+		// Above the limiter's MaxLimit (retune logged it): rebuilt
+		// below, from empty state.
+		rebuilt = true
+	} else if ok {
 		if bs.redis != nil {
 			// Hold the client too, so the generation that keeps this
 			// backend keeps its connection open.
@@ -256,6 +292,14 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 		l, err := engine.New(ec)
 		if err != nil {
 			return nil, false, engineFieldErr(bs.field, err)
+		}
+		if cur := g.cur.Load(); cur != nil && !rebuilt {
+			for _, re := range cur.engines {
+				if re.Rule == bs.rule {
+					g.log.Info("rule rebuilt on reload: its algorithm, window, key or engine settings changed; its counts start afresh (a change of max_requests up to max_limit, or of burst, keeps them)",
+						"rule", bs.rule, "field", bs.field)
+				}
+			}
 		}
 		return &resource{fp: bs.fp, rl: l, eng: l, close: l.Close}, true, nil
 	}
@@ -296,10 +340,14 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 func clientFP(rc *redisConfig) string { return fmt.Sprintf("redis-client %s db=%d", rc.addr, rc.db) }
 
 // engineFieldErr names the YAML field an engine error is about; only the
-// memory bound is checked by the engine alone (it depends on the shard
-// count), the rest was validated against the YAML already.
+// memory bound (it depends on the shard count) and GCRA's largest bucket
+// (burst x window / max_limit) are checked by the engine alone, the rest
+// was validated against the YAML already.
 func engineFieldErr(field string, err error) error {
 	if errors.Is(err, engine.ErrInvalidConfig) {
+		if strings.Contains(err.Error(), "Config.Burst") {
+			return fmt.Errorf("%s.burst: %w: %w", field, err, errConfig)
+		}
 		return fmt.Errorf("rate_limiting.sliding_window.memory_limit_mb (used by %s): %w: %w", field, err, errConfig)
 	}
 	return fmt.Errorf("%s: %w", field, err)
@@ -340,7 +388,9 @@ func (g *gateway) release(gen *generation) {
 	for _, r := range gen.resources {
 		r.users--
 		if r.users == 0 {
-			delete(g.resources, r.fp)
+			if g.resources[r.fp] == r { // a rebuilt limiter may hold the fingerprint now
+				delete(g.resources, r.fp)
+			}
 			closing = append(closing, r)
 		}
 	}
@@ -515,4 +565,71 @@ func (g *gateway) currentEngines() []ruleEngine {
 		return gen.engines
 	}
 	return nil
+}
+
+// numbersChange is a kept limiter's limit and burst before and after a
+// reload: build applies it before the new generation's middleware reads
+// the limiter, and undoes it if the build fails.
+type numbersChange struct {
+	rule               string
+	eng                *engine.Limiter
+	limit, burst       int // the new numbers (burst: GCRA only, 0 to leave)
+	oldLimit, oldBurst int
+	field              string
+}
+
+// retune says whether the memory limiter r can be kept for bs: its
+// fingerprint matched, so only the limit or the burst can differ, and
+// SetLimit takes any limit up to the limiter's MaxLimit (fixed at New).
+// It returns the change to apply, nil when the numbers are the same.
+func (g *gateway) retune(bs backendSpec, r *resource) (*numbersChange, bool) {
+	cfg := r.eng.Config()
+	if bs.limit > cfg.MaxLimit {
+		g.log.Info("rule rebuilt on reload: max_requests is above the limiter's max_limit; its counts start afresh (set max_limit for headroom)",
+			"rule", bs.rule, "field", bs.field, "max_requests", bs.limit, "max_limit", cfg.MaxLimit)
+		return nil, false
+	}
+	burst, oldBurst := 0, 0 // GCRA only: the others' burst is their limit
+	if cfg.Algorithm == engine.GCRA {
+		burst, oldBurst = bs.burst, cfg.Burst
+		if burst == 0 {
+			burst = bs.limit
+		}
+	}
+	if bs.limit == cfg.Limit && burst == oldBurst {
+		return nil, true
+	}
+	return &numbersChange{rule: bs.rule, eng: r.eng, limit: bs.limit, burst: burst, oldLimit: cfg.Limit, oldBurst: oldBurst, field: bs.field}, true
+}
+
+// apply sets c's numbers through the current generation's middleware when
+// it has the rule on this limiter (so the responses it still serves
+// advertise them too), else on the limiter itself.
+func (c *numbersChange) apply(cur *generation, limit, burst int) error {
+	setLimit, setBurst := c.eng.SetLimit, c.eng.SetBurst
+	if cur != nil && cur.holds(c.rule, c.eng) {
+		setLimit = func(n int) error { return cur.mw.SetLimit(c.rule, n) }
+		setBurst = func(n int) error { return cur.mw.SetBurst(c.rule, n) }
+	}
+	if err := setLimit(limit); err != nil {
+		return fmt.Errorf("%s.max_requests: %w: %w", c.field, err, errConfig)
+	}
+	// With the default burst SetLimit moved the bucket too; set it where
+	// it still differs.
+	if burst != 0 && c.eng.Config().Burst != burst {
+		if err := setBurst(burst); err != nil {
+			return fmt.Errorf("%s.burst: %w: %w", c.field, err, errConfig)
+		}
+	}
+	return nil
+}
+
+// holds reports whether gen's rule named name decides on l.
+func (gen *generation) holds(name string, l *engine.Limiter) bool {
+	for _, re := range gen.engines {
+		if re.Rule == name && re.Limiter == l {
+			return true
+		}
+	}
+	return false
 }
