@@ -5,7 +5,7 @@
 # clock-skew tests also need a C compiler (redis-skew-dep).
 #
 #   make bench-redis   decisions/s and P99 against a local redis-server:
-#                      ours vs redis_rate/v10 vs a MULTI ZSET log, plus the
+#                      ours (log, counter, gcra) vs redis_rate/v10 (GCRA) vs a MULTI ZSET log, plus the
 #                      hybrid mode; out/bench/redis.txt and the RESULTS.md
 #                      fragment out/results-fragments/redis.md
 REDIS_BENCH_TIME  ?= 1s

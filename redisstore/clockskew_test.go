@@ -148,7 +148,7 @@ func TestClusterSkewedMasterLendsNoOffset(t *testing.T) {
 // TestClockStepBackFreesKeyWithinWindow: after the server's clock steps
 // back ten minutes (an NTP step, a failover to a replica behind), a key at
 // its limit is denied with a RetryAfter of at most its memory (one Window
-// for SlidingLog, two for SlidingCounter), and waiting that long admits
+// for SlidingLog, two for SlidingCounter, one bucket for GCRA), and waiting that long admits
 // again: the key is not held for the size of the step.
 func TestClockStepBackFreesKeyWithinWindow(t *testing.T) {
 	const window = time.Second
@@ -168,7 +168,7 @@ func TestClockStepBackFreesKeyWithinWindow(t *testing.T) {
 			if err := clk.Set(-10 * time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			memory := window
+			memory := window // GCRA: its bucket, Burst x Window/Limit, here a Window
 			if alg == engine.SlidingCounter {
 				memory = 2 * window
 			}
@@ -200,7 +200,7 @@ func TestClockStepBackFreesKeyWithinWindow(t *testing.T) {
 func TestHybridClockStepBackFreesKey(t *testing.T) {
 	const window = time.Second
 	srv, clk := redistest.StartSkewed(t, 0)
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			if err := clk.Set(0); err != nil {
 				t.Fatal(err)
@@ -235,7 +235,7 @@ func TestHybridClockStepBackFreesKey(t *testing.T) {
 // the limit.
 func TestHybridServerHoursAheadGetsLeases(t *testing.T) {
 	srv, _ := redistest.StartSkewed(t, 3*time.Hour)
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		h, err := NewHybrid(HybridConfig{Config: Config{Client: newClient(t, srv.Addr()), Algorithm: alg, Limit: 5, Window: time.Minute,
 			Timeout: testTimeout, OnFailure: FailClosed, Prefix: "hahead:" + alg.String() + ":"}, MaxLease: 5})
 		if err != nil {

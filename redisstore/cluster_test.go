@@ -47,19 +47,19 @@ func TestCluster(t *testing.T) {
 		testNodesShareLimit(t, func() redis.UniversalClient { return clusterClient(t, c) })
 	})
 	t.Run("hybrid overshoot", func(t *testing.T) {
-		for _, alg := range algorithms {
+		for _, alg := range hybridAlgorithms {
 			t.Run(alg.String(), func(t *testing.T) {
 				testHybridOvershoot(t, func() redis.UniversalClient { return clusterClient(t, c) }, alg)
 			})
 		}
 	})
 	t.Run("hybrid returns", func(t *testing.T) {
-		for _, alg := range algorithms {
+		for _, alg := range hybridAlgorithms {
 			t.Run(alg.String(), func(t *testing.T) { testHybridCloseReturnsTokens(t, client, alg) })
 		}
 	})
 	t.Run("script flush on one node", func(t *testing.T) {
-		for _, alg := range algorithms {
+		for _, alg := range hybridAlgorithms {
 			t.Run(alg.String(), func(t *testing.T) { testPartialScriptFlush(t, c, alg) })
 		}
 	})

@@ -91,13 +91,20 @@ type Config struct {
 	// options cannot be checked.
 	Client redis.UniversalClient
 
-	// Algorithm, Limit, Window and Penalty mean what they mean in
-	// engine.Config, with the same bounds on Limit. Window must be a whole
-	// number of microseconds: the server's TIME has that resolution.
+	// Algorithm, Limit, Window, Penalty and Burst mean what they mean in
+	// engine.Config, with the same bounds (Algorithm.MaxLimit). Window must
+	// be a whole number of microseconds: the server's TIME has that
+	// resolution. GCRA also wants Burst x Window/Limit below 2^51 ns (26
+	// days: the script's arithmetic is in Lua doubles).
 	Algorithm engine.Algorithm
 	Limit     int
 	Window    time.Duration
 	Penalty   bool
+	// Burst is engine.GCRA's bucket, as engine.Config.Burst: how many
+	// requests a key with no recent traffic gets at once, then one every
+	// Window/Limit. 0 means Limit. The other algorithms accept only 0 or
+	// Limit (their burst is Limit).
+	Burst int
 
 	// Prefix starts every Redis key (see the package documentation for
 	// the layout). Prefix must not contain '{' or '}', which delimit the
@@ -157,27 +164,47 @@ func (c Config) normalize() (Config, error) {
 		// one Config means the same window in memory and in Redis.
 		c.Algorithm = engine.DefaultAlgorithm
 	}
-	switch c.Algorithm {
-	case engine.SlidingLog, engine.SlidingCounter:
-	default:
-		return c, invalid("Config.Algorithm %d is unknown (want engine.SlidingLog or engine.SlidingCounter)", uint8(c.Algorithm))
+	// The engine's rules, read from the engine (Algorithm.MaxLimit), so
+	// one Config means the same limiter in memory and in Redis and the
+	// FailLocal engine can always be built.
+	maxLimit := c.Algorithm.MaxLimit()
+	if maxLimit == 0 {
+		return c, invalid("Config.Algorithm %d is unknown (want one of engine.Algorithms(): %v)", uint8(c.Algorithm), engine.Algorithms())
 	}
 	if c.Limit <= 0 {
 		return c, invalid("Config.Limit must be > 0, got %d", c.Limit)
 	}
-	// Same bounds as the engine, so the FailLocal engine can always be
-	// built and both backends accept the same configurations.
-	if c.Algorithm == engine.SlidingLog && c.Limit > engine.MaxLogLimit {
-		return c, invalid("Config.Limit %d exceeds SlidingLog's maximum %d", c.Limit, engine.MaxLogLimit)
+	if c.Limit > maxLimit {
+		return c, invalid("Config.Limit %d exceeds %v's maximum %d", c.Limit, c.Algorithm, maxLimit)
 	}
-	if c.Algorithm == engine.SlidingCounter && c.Limit > engine.MaxCounterLimit {
-		return c, invalid("Config.Limit %d exceeds SlidingCounter's maximum %d", c.Limit, engine.MaxCounterLimit)
+	if c.Algorithm != engine.GCRA && c.Burst != 0 && c.Burst != c.Limit {
+		return c, invalid("Config.Burst %d is not supported by %v (its burst is its Limit %d; use engine.GCRA for a burst of its own)", c.Burst, c.Algorithm, c.Limit)
+	}
+	if c.Burst < 0 || c.Burst > maxLimit {
+		return c, invalid("Config.Burst must be in [0, %d], got %d", maxLimit, c.Burst)
+	}
+	if c.Burst == 0 {
+		c.Burst = c.Limit
 	}
 	if c.Window <= 0 {
 		return c, invalid("Config.Window must be > 0, got %v", c.Window)
 	}
 	if c.Window%time.Microsecond != 0 {
 		return c, invalid("Config.Window %v is not a whole number of microseconds", c.Window)
+	}
+	if c.Window > engine.MaxWindow {
+		return c, invalid("Config.Window %v exceeds engine.MaxWindow %v", c.Window, engine.MaxWindow)
+	}
+	if c.Algorithm == engine.GCRA && int64(c.Window) < int64(c.Limit) {
+		return c, invalid("Config.Window %v is shorter than Limit %d ns: GCRA's emission interval Window/Limit must be at least 1 ns", c.Window, c.Limit)
+	}
+	if c.Algorithm == engine.GCRA {
+		// The script computes in ns relative to now, in Lua doubles: exact
+		// while every such value stays below 2^53 ns. A penalty pushes a
+		// key's arrival time up to two buckets ahead, plus a request.
+		if t := c.gcraToken(); int64(c.Burst) > maxGCRADepth/t {
+			return c, invalid("Config.Burst %d x Window/Limit %v exceeds GCRA's deepest bucket in Redis, %v", c.Burst, time.Duration(t), time.Duration(maxGCRADepth))
+		}
 	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
@@ -222,6 +249,36 @@ func (c Config) normalize() (Config, error) {
 
 // localShare is the limit each node's FailLocal engine gets.
 func (c Config) localShare() int { return max(1, c.Limit/c.Nodes) }
+
+// localBurst is the burst each node's FailLocal engine gets (GCRA): its
+// share of Burst, Burst/Nodes, at least 1 (0, the engine's default, for
+// the other algorithms).
+func (c Config) localBurst() int {
+	if c.Algorithm != engine.GCRA {
+		return 0
+	}
+	return max(1, c.Burst/c.Nodes)
+}
+
+// maxGCRADepth is the deepest GCRA bucket (Burst x Window/Limit, in ns)
+// the script computes exactly: two of them (a penalty's reach) plus a
+// request stay below 2^53, where Lua's doubles stop being exact.
+const maxGCRADepth = 1 << 51
+
+// gcraToken is GCRA's emission interval in ns: Window/Limit rounded up, as
+// the engine's (so the rate is never exceeded).
+func (c Config) gcraToken() int64 {
+	return (int64(c.Window) + int64(c.Limit) - 1) / int64(c.Limit)
+}
+
+// capacity is the most one call can have admitted: Burst for GCRA (the
+// bucket), Limit for the others. Decision.Limit reports it.
+func (c Config) capacity() int {
+	if c.Algorithm == engine.GCRA {
+		return c.Burst
+	}
+	return c.Limit
+}
 
 // clientOptions are the go-redis options that decide whether a Store's
 // deadline holds and whether a script can be sent twice, as the client

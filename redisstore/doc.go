@@ -1,5 +1,5 @@
-// Package redisstore keeps sliding-window rate-limit state in Redis or
-// Valkey, so that every process sharing the server (or cluster) enforces one
+// Package redisstore keeps rate-limit state (sliding window or GCRA) in
+// Redis or Valkey, so that every process sharing the server (or cluster) enforces one
 // global limit per key. A Store satisfies engine.RateLimiter, so middleware
 // takes it or an in-memory *engine.Limiter interchangeably.
 //
@@ -11,7 +11,15 @@
 // Limit timestamps of a key in a sorted set and is exact: a request of n at
 // t is admitted iff at most Limit-n recorded requests lie in [t-Window, t].
 // SlidingCounter keeps the two aligned window counts in one string and admits
-// iff prev*(Window-elapsed)/Window + cur + n <= Limit.
+// iff prev*(Window-elapsed)/Window + cur + n <= Limit. GCRA keeps the key's
+// theoretical arrival time (TAT) and admits n at t iff max(TAT, t) + n x T -
+// t <= Burst x T, with T = Window/Limit rounded up to a ns (Config.Burst,
+// default Limit), as engine.GCRA: exact to the nanosecond (RetryAfter and
+// ResetAfter too), with the same Penalty (a denial pushes the TAT on, to at
+// most two buckets ahead). A GCRA Reset deletes the key: it then decides as
+// a key never seen (the engine's Reset counts the refill from the key's old
+// TAT when that is ahead). A request of n > Burst is denied with
+// RetryAfter engine.Never and counted in Stats.Invalid, as in the engine.
 //
 // # Atomicity and time
 //
@@ -21,8 +29,8 @@
 // any number of nodes admit exactly Limit. The scripts read the server's
 // TIME, never the caller's clock, so nodes with skewed clocks agree.
 // Requires Redis >= 5 or Valkey (scripts replicated by their effects). Every
-// key has a TTL of about the window (two for the counter), so idle keys
-// vanish by themselves.
+// key has a TTL of about the window (two for the counter; for GCRA the time
+// until its bucket is full again), so idle keys vanish by themselves.
 //
 // # Keys
 //
@@ -37,7 +45,8 @@
 // a function of the digest for every key, whatever its bytes (empty, '{',
 // '}', binary): a caller cannot pick a slot, and a Hybrid's second key for a
 // counter (the same name with '!' for ':', see Hybrid) lands in the same one.
-// alg is "log" or "ctr", Window is time.Duration.String: limiters whose
+// alg is "log", "ctr" or "gcra" (GCRA's also names its Burst:
+// gcra/<Window>/<Limit>/<Burst>), Window is time.Duration.String: limiters whose
 // state means different things (another algorithm, window or limit) never
 // share it, even under one prefix; limiters with the same configuration (a
 // Store and a Hybrid, or gateways in a fleet) do. A SlidingLog key is a
@@ -46,7 +55,9 @@
 // are dropped about once a Window); a SlidingCounter key is a 16-byte
 // string, the window number
 // (big-endian float64) and the previous and current window's counts
-// (big-endian uint32). Keys longer than MaxKeyLen are refused
+// (big-endian uint32); a GCRA key is a 12-byte string, the TAT in whole µs
+// (big-endian float64) and the ns beyond them (big-endian uint32). Keys
+// longer than MaxKeyLen are refused
 // (ErrKeyTooLong) before any round trip.
 //
 // # Deadlines
@@ -114,10 +125,12 @@
 // scripts move it back to now (a SlidingLog key's entries so that the
 // newest is at now, the others keeping their spacing; a SlidingCounter's
 // two counts both into now's window, at full weight, so its estimate never
-// drops below what it was before the step): those requests were made no
+// drops below what it was before the step; a GCRA key's TAT to at most
+// now + Burst x T, an empty bucket, or now + 2 x Burst x T with Penalty): those requests were made no
 // later than now in real time, so each still counts for at least its full
 // Window and nothing extra is admitted, and a key frees at most one Window (SlidingCounter:
-// two, its memory) after its first call after the step, with a RetryAfter
+// two, its memory; GCRA: one bucket, Burst x T, two with Penalty) after
+// its first call after the step, with a RetryAfter
 // that is true, not the size of the step. A clock that steps forward ages entries out early
 // by the step: up to Limit more in the window of the step, as for a
 // server that loses its data.
@@ -169,7 +182,8 @@
 //
 // What the policies admit at fault boundaries, per window:
 //
-//   - FailLocal: each node admits Limit/Nodes on its own while Redis is
+//   - FailLocal: each node admits Limit/Nodes on its own (GCRA: at
+//     Limit/Nodes per Window with a bucket of Burst/Nodes, at least 1) while Redis is
 //     away, counting from an empty local window, and Redis does not see
 //     those requests when it comes back. So the window in which a fault
 //     starts can admit up to 2 x Limit in all (Limit through Redis before
@@ -187,6 +201,12 @@
 // Hybrid decides in memory against leases of the global limit that a
 // background loop renews in batches; see its documentation for the error
 // bound it guarantees. It has no penalty mode: NewHybrid rejects
-// Config.Penalty (its denials never reach Redis). After Close it takes no
+// Config.Penalty (its denials never reach Redis). It runs SlidingLog and
+// SlidingCounter, not GCRA: a lease's unspent tokens go back to the global
+// state, which a count allows and a GCRA bucket does not (once the bucket
+// has refilled past the lease, taking its tokens off the TAT would give
+// back capacity the key never had: more than the rate; keeping them would
+// waste up to a bucket per node per sync). NewHybrid rejects GCRA with an
+// error naming Algorithm; use a Store. After Close it takes no
 // lease: each decision is one exact round trip, as a Store's.
 package redisstore

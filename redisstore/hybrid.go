@@ -19,8 +19,9 @@ const DefaultSyncInterval = 5 * time.Millisecond
 
 // HybridConfig configures a Hybrid: the Store's Config (Client, Algorithm,
 // Limit, Window, Prefix, Timeout, OnFailure, Nodes, breaker; Clock must be
-// nil, leases run on real time; Penalty must be false, NewHybrid rejects it)
-// plus the lease parameters.
+// nil, leases run on real time; Penalty must be false, NewHybrid rejects it;
+// Algorithm SlidingLog or SlidingCounter: NewHybrid rejects GCRA, see the
+// package documentation) plus the lease parameters.
 type HybridConfig struct {
 	Config
 	// SyncInterval is the period of the background sync: one pipelined
@@ -220,6 +221,19 @@ func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 		// one node only, and the overshoot bound would not be the
 		// penalty's. Refused rather than silently ignored.
 		return nil, invalid("HybridConfig.Penalty is not supported by a Hybrid (denials are decided in memory and never reach Redis); use a Store for penalty keys")
+	}
+	if cfg.Algorithm == engine.GCRA {
+		// A lease is tokens reserved from the global state and spent
+		// later; the unspent ones go back. SlidingLog and SlidingCounter
+		// can take a token back (by name, or from the window it was
+		// counted in), because their state is a count. GCRA's is one time,
+		// max(TAT, now) + n x T: once the bucket has refilled past the
+		// lease (TAT <= now), the lease's tokens are no longer in the TAT,
+		// and taking n x T off it would give back capacity the key never
+		// had: more than the rate. Not returning them would waste up to a
+		// bucket per node per sync. Neither bound is the one a Hybrid
+		// promises, so GCRA is refused here: use a Store.
+		return nil, invalid("HybridConfig.Algorithm GCRA is not supported by a Hybrid (its leases cannot be returned to a GCRA bucket without exceeding the rate); use a Store")
 	}
 	s, err := New(cfg.Config)
 	if err != nil {

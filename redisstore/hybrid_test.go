@@ -59,7 +59,7 @@ type traceReq struct {
 // the bound that includes the counter's own approximation.
 func TestHybridOvershoot(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			testHybridOvershoot(t, func() redis.UniversalClient { return newClient(t, srv.Addr()) }, alg)
 		})
@@ -177,7 +177,7 @@ func countKey(tr []traceReq, k string) int {
 func TestHybridCloseReturnsTokens(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) { testHybridCloseReturnsTokens(t, client, alg) })
 	}
 }
@@ -322,7 +322,7 @@ func requireAllAdmitted(t *testing.T, h *Hybrid, keys []string, span time.Durati
 func TestHybridSlowNetwork(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := redistest.NewProxy(t, srv.Addr(), 6*time.Millisecond)
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			h := slowHybrid(t, proxy, alg)
 			requireAllAdmitted(t, h, []string{"k"}, 1500*time.Millisecond)
@@ -529,7 +529,7 @@ func TestHybridReturnsAcrossIdleDrop(t *testing.T) {
 // up, so no tokens end up reserved that the node never received: after
 // Close, Redis holds exactly what the node admitted, key by key.
 func TestHybridStallNoStrayLeases(t *testing.T) {
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			client := newClient(t, srv.Addr())
@@ -713,7 +713,7 @@ func TestHybridGaveUpAfterFailedSend(t *testing.T) {
 // cannot record them in Redis; NewHybrid refuses Penalty with an error
 // naming the field instead of ignoring it.
 func TestNewHybridRejectsPenalty(t *testing.T) {
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		h, err := NewHybrid(HybridConfig{Config: Config{Client: newClient(t, "127.0.0.1:1"), Algorithm: alg, Limit: 10, Window: 500 * time.Millisecond, Penalty: true}})
 		if err == nil {
 			_ = h.Close()
@@ -760,7 +760,7 @@ func TestInvalidSizeNeverAdmissible(t *testing.T) {
 func TestHybridAfterCloseReservesNoLease(t *testing.T) {
 	srv := redistest.Start(t)
 	client := newClient(t, srv.Addr())
-	for _, alg := range algorithms {
+	for _, alg := range hybridAlgorithms {
 		h := newHybrid(t, HybridConfig{Config: Config{Client: client, Algorithm: alg, Limit: 100, Window: time.Minute, Prefix: "closed" + alg.String() + ":"}, MaxLease: 50})
 		if err := h.Close(); err != nil {
 			t.Fatal(err)

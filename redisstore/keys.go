@@ -12,6 +12,7 @@ import (
 //
 //	<Prefix>{<tag>}<alg>/<Window>/<Limit>:<key>   the state
 //	<Prefix>{<tag>}<alg>/<Window>/<Limit>!<key>   SlidingCounter's return marks (Hybrid)
+//	<Prefix>{<tag>}gcra/<Window>/<Limit>/<Burst>:<key>   GCRA's state
 //
 // where tag is four hex digits of a digest of key (14 bits of FNV-1a). Redis Cluster hashes
 // only the bytes between the first '{' and the first '}' after it; the
@@ -38,14 +39,16 @@ type keyspace struct {
 const tagBits = 14
 
 func newKeyspace(c Config) keyspace {
-	alg := "log"
-	if c.Algorithm == engine.SlidingCounter {
-		alg = "ctr"
+	mid := "}log/" + c.Window.String() + "/" + strconv.Itoa(c.Limit)
+	switch c.Algorithm {
+	case engine.SlidingCounter:
+		mid = "}ctr/" + c.Window.String() + "/" + strconv.Itoa(c.Limit)
+	case engine.GCRA:
+		// The burst is part of what the state means (a TAT is judged
+		// against it), so it is named too.
+		mid = "}gcra/" + c.Window.String() + "/" + strconv.Itoa(c.Limit) + "/" + strconv.Itoa(c.Burst)
 	}
-	return keyspace{
-		head: c.Prefix + "{",
-		mid:  "}" + alg + "/" + c.Window.String() + "/" + strconv.Itoa(c.Limit),
-	}
+	return keyspace{head: c.Prefix + "{", mid: mid}
 }
 
 // tag returns the digest of key that names its hash tag, < 1<<tagBits:

@@ -534,3 +534,86 @@ if k > 0 or changed then
 end
 return {k, w, 0, 0, real}
 `)
+
+// gcraScript is GCRA (engine.GCRA, package gcra): the key's theoretical
+// arrival time (TAT), the moment its bucket is full again. With emission
+// interval T ns and a bucket of D = B x T ns, n requests at now are
+// admitted iff max(TAT, now) + n x T - now <= D, and then TAT becomes
+// max(TAT, now) + n x T. The state is a 12-byte string, struct.pack('>dI4',
+// µs, ns): the TAT in whole µs (a float64, exact below 2^53) and the ns
+// beyond them, so the TAT is exact to the ns, as the engine's. Everything
+// is computed as d = TAT - now in ns, which stays below 2^53 (New bounds D
+// at 2^51 ns), so every sum is exact in Lua's doubles.
+//
+//	ARGV[1] burst B    ARGV[2] T in ns   ARGV[3] n   ARGV[4] mode (as above)
+//	ARGV[5] now in µs (Config.Clock), or "" for the server's TIME
+//	ARGV[6] extra TTL in ms (an hour with a Config.Clock, else 0)
+//	ARGV[7] deadline in the server's µs   ARGV[8] penalty ("1" or "0")
+//	reply:  {1 | 0 | -1 late, remaining, retryAfter ns, resetAfter ns, server µs}
+//
+// A TAT further ahead of now than a key can legitimately be (D; 2 x D in
+// penalty mode, where a denial pushes the TAT up to two buckets ahead)
+// means a server clock that went back: with the server's TIME (rebase) it
+// is capped there and stored so, an empty bucket at now (or a full
+// penalty), rather than locking the key for the size of the step. The
+// requests that made the TAT were made no later than now in real time, so
+// the bucket at least as empty as it looks: nothing extra is admitted. With
+// a Config.Clock the TAT is used as is (the engine's semantics).
+//
+// The key's TTL is the time until its bucket is full again (rounded up to
+// a ms, plus one): a key that has expired is a full bucket, as a missing
+// one. A Penalty denial that would not push the TAT further writes nothing,
+// as in the engine.
+var gcraScript = newScript(deadlineCheck(7) + `
+local B = tonumber(ARGV[1])
+local T = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local mode = tonumber(ARGV[4])
+local now = tonumber(ARGV[5]) or real
+local rebase = ARGV[5] == ''
+local extra = tonumber(ARGV[6])
+local D = B * T
+local top = D
+if ARGV[8] == '1' then top = 2 * D end
+local K = KEYS[1]
+local d = nil
+local v = redis.call('GET', K)
+if v and #v == 12 then
+  local tu, tr = struct.unpack('>dI4', v)
+  d = (tu - now) * 1000 + tr
+end
+local write = false
+if d and rebase and d > top then
+  d = top
+  write = true
+end
+local bd = 0
+if d and d > 0 then bd = d end
+local nd = bd + n * T
+local allowed = nd <= D
+local after = bd
+if mode >= 1 and allowed then
+  after = nd
+  write = true
+elseif mode == 2 then
+  if nd > 2 * D then nd = 2 * D end
+  if not d or nd > d then
+    after = nd
+    write = true
+  end
+end
+if write then
+  local q = math.floor(after / 1000)
+  if q * 1000 > after then q = q - 1 elseif (q + 1) * 1000 <= after then q = q + 1 end
+  redis.call('SET', K, struct.pack('>dI4', now + q, after - q * 1000), 'PX', math.floor((after + 999999) / 1000000) + 1 + extra)
+end
+local remaining = 0
+if after < D then
+  local r = D - after
+  remaining = math.floor(r / T)
+  if remaining * T > r then remaining = remaining - 1 elseif (remaining + 1) * T <= r then remaining = remaining + 1 end
+end
+local retry = 0
+if not allowed then retry = after + n * T - D end
+return {allowed and 1 or 0, remaining, retry, after, real}
+`)

@@ -15,9 +15,9 @@ import (
 	"github.com/slidelimit/slidelimit/engine"
 )
 
-// Store is a sliding-window rate limiter whose state lives in Redis, so all
-// processes sharing the Redis (or cluster) share one limit per key. It
-// satisfies engine.RateLimiter and is safe for concurrent use.
+// Store is a rate limiter (sliding window or GCRA) whose state lives in
+// Redis, so all processes sharing the Redis (or cluster) share one limit per
+// key. It satisfies engine.RateLimiter and is safe for concurrent use.
 type Store struct {
 	cfg    Config
 	ks     keyspace
@@ -27,8 +27,12 @@ type Store struct {
 	br     breaker
 
 	// The script's constant arguments, boxed once so that a call does not
-	// allocate for them (ARGV[1], [2], [6]).
-	limit, winUS, ttl any
+	// allocate for them (ARGV[1], [2], [6]; GCRA's: burst, T in ns, extra
+	// TTL, and [8] penalty).
+	limit, winUS, ttl, penalty any
+	// unit is the scripts' unit of RetryAfter and ResetAfter: µs, or ns
+	// for GCRA (exact to the ns, as the engine's).
+	unit time.Duration
 
 	evict evictionWatch
 
@@ -48,7 +52,7 @@ type Stats struct {
 	Calls         uint64 // decisions, peeks and resets asked of the Store
 	Allowed       uint64 // decisions that admitted (by Redis or by the policy)
 	Denied        uint64 // decisions that denied
-	Invalid       uint64 // calls of n <= 0 or n > Limit: denied with RetryAfter engine.Never, never sent, not in Denied
+	Invalid       uint64 // calls of n <= 0 or n > Limit (GCRA: Burst): denied with RetryAfter engine.Never, never sent, not in Denied
 	Timeouts      uint64 // Redis calls that ran past Config.Timeout
 	Late          uint64 // calls Redis refused because they reached it after their deadline (a stalled server; or a reply margin that ran out, see "Deadlines")
 	Errors        uint64 // other failed Redis calls (refused, reset, server error replies)
@@ -108,7 +112,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: c, ks: newKeyspace(c), start: time.Now(), script: logScript}
+	s := &Store{cfg: c, ks: newKeyspace(c), start: time.Now(), script: logScript, unit: time.Microsecond}
 	s.clock = newServerClock(c.Client)
 	s.br.threshold = int64(c.BreakerThreshold)
 	s.br.cooldown = int64(c.BreakerCooldown)
@@ -125,6 +129,21 @@ func New(cfg Config) (*Store, error) {
 	s.ttl = strconv.FormatInt(int64((ttl+time.Millisecond-1)/time.Millisecond)+1, 10)
 	s.winUS = strconv.FormatInt(int64(c.Window/time.Microsecond), 10)
 	s.limit = strconv.Itoa(c.Limit)
+	if c.Algorithm == engine.GCRA {
+		// The bucket B and the emission interval T in ns (see gcraScript);
+		// the TTL is computed by the script, plus an hour with a Clock.
+		s.script, s.unit = gcraScript, time.Nanosecond
+		s.limit = strconv.Itoa(c.Burst)
+		s.winUS = strconv.FormatInt(c.gcraToken(), 10)
+		s.ttl = "0"
+		if c.Clock != nil {
+			s.ttl = strconv.FormatInt(int64(time.Hour/time.Millisecond), 10)
+		}
+		s.penalty = "0"
+		if c.Penalty {
+			s.penalty = "1"
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout(c.Timeout))
 	err = s.evict.checkEviction(ctx, c.Client, c.AllowEviction)
 	cancel()
@@ -211,18 +230,18 @@ func (s *Store) Reset(key string) { _ = s.ResetContext(context.Background(), key
 // a read in progress when ctx is cancelled, only at its deadline). A key longer
 // than MaxKeyLen is denied with an error wrapping ErrKeyTooLong. A request
 // of n <= 0 or n > Limit is denied with RetryAfter engine.Never, as by the
-// engine, without a round trip.
+// engine, without a round trip (GCRA: n > Burst).
 func (s *Store) AllowNContext(ctx context.Context, key string, n int) (engine.Decision, error) {
 	s.calls.Add(1)
-	if n <= 0 || n > s.cfg.Limit {
+	if c := s.cfg.capacity(); n <= 0 || n > c {
 		// As the engine: no wait admits it (RetryAfter engine.Never),
 		// nothing is recorded, and it is counted apart from denials.
 		s.invalid.Add(1)
-		return engine.Decision{Limit: s.cfg.Limit, RetryAfter: engine.Never}, nil
+		return engine.Decision{Limit: c, RetryAfter: engine.Never}, nil
 	}
 	if err := s.checkKey("allow", key); err != nil {
 		s.denied.Add(1)
-		return engine.Decision{Limit: s.cfg.Limit}, err
+		return engine.Decision{Limit: s.cfg.capacity()}, err
 	}
 	mode := modeAllow
 	if s.cfg.Penalty {
@@ -245,7 +264,7 @@ func (s *Store) AllowNContext(ctx context.Context, key string, n int) (engine.De
 func (s *Store) PeekContext(ctx context.Context, key string) (engine.Decision, error) {
 	s.calls.Add(1)
 	if err := s.checkKey("peek", key); err != nil {
-		return engine.Decision{Limit: s.cfg.Limit}, err
+		return engine.Decision{Limit: s.cfg.capacity()}, err
 	}
 	d, err := s.decide(ctx, key, 1, modePeek)
 	if err != nil {
@@ -289,16 +308,20 @@ func (s *Store) decide(ctx context.Context, key string, n int, mode any) (engine
 		now = strconv.FormatInt(s.cfg.Clock.Now()/int64(time.Microsecond), 10)
 	}
 	name, t := s.ks.state(key)
-	r, err := s.eval(ctx, s.script, name, t, []any{s.limit, s.winUS, n, mode, now, s.ttl, nil}, 6)
+	argv := []any{s.limit, s.winUS, n, mode, now, s.ttl, nil, s.penalty}
+	if s.penalty == nil {
+		argv = argv[:7]
+	}
+	r, err := s.eval(ctx, s.script, name, t, argv, 6)
 	if err != nil {
 		return engine.Decision{}, err
 	}
 	return engine.Decision{
 		Allowed:    r[0] == 1,
-		Limit:      s.cfg.Limit,
+		Limit:      s.cfg.capacity(),
 		Remaining:  int(r[1]),
-		RetryAfter: time.Duration(r[2]) * time.Microsecond,
-		ResetAfter: time.Duration(r[3]) * time.Microsecond,
+		RetryAfter: time.Duration(r[2]) * s.unit,
+		ResetAfter: time.Duration(r[3]) * s.unit,
 	}, nil
 }
 
@@ -585,7 +608,7 @@ func serverDown(err error) bool {
 // calls whose caller gave up: FailLocal then peeks (for n > 1: whether
 // n would pass), so a decision nobody acts on takes nothing.
 func (s *Store) fail(key string, n int, consume bool) engine.Decision {
-	L := s.cfg.Limit
+	L := s.cfg.capacity()
 	switch s.cfg.OnFailure {
 	case FailOpen:
 		s.failOpen.Add(1)
@@ -623,6 +646,7 @@ func (s *Store) localLimiter() *engine.Limiter {
 		lim, err := engine.New(engine.Config{
 			Algorithm: s.cfg.Algorithm,
 			Limit:     s.cfg.localShare(),
+			Burst:     s.cfg.localBurst(),
 			Window:    s.cfg.Window,
 			Penalty:   s.cfg.Penalty,
 			Clock:     s.cfg.Clock,

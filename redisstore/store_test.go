@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,11 +64,45 @@ func logEntries(t testing.TB, c redis.UniversalClient, name string) int64 {
 func held(t testing.TB, c redis.UniversalClient, s *Store, key string) int64 {
 	t.Helper()
 	name := stateKey(s, key)
-	if s.cfg.Algorithm == engine.SlidingLog {
+	switch s.cfg.Algorithm {
+	case engine.SlidingLog:
 		return logEntries(t, c, name)
+	case engine.GCRA:
+		return gcraDebt(t, c, s, name)
 	}
 	_, _, cur := readCounter(t, c, name)
 	return cur
+}
+
+// gcraDebt is how many requests a GCRA key holds at the server's TIME: its
+// TAT's distance ahead of now in emission intervals, rounded up; 0 when
+// the key is absent or its bucket is full.
+func gcraDebt(t testing.TB, c redis.UniversalClient, s *Store, name string) int64 {
+	t.Helper()
+	v, err := c.Get(context.Background(), name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("GET %q: %v", name, err)
+	}
+	if len(v) != 12 {
+		t.Fatalf("GCRA state %q: %d bytes, want 12", v, len(v))
+	}
+	tat := int64(math.Float64frombits(binary.BigEndian.Uint64(v)))*1000 + int64(binary.BigEndian.Uint32(v[8:]))
+	now := s.cfg.Clock
+	var ns int64
+	if now != nil {
+		ns = now.Now() / 1000 * 1000
+	} else {
+		tm, err := c.Time(context.Background()).Result()
+		if err != nil {
+			t.Fatalf("TIME: %v", err)
+		}
+		ns = tm.UnixMicro() * 1000
+	}
+	tok := s.cfg.gcraToken()
+	return max(0, (tat-ns+tok-1)/tok)
 }
 
 // readCounter reads a SlidingCounter key's state (16 bytes: big-endian
@@ -108,7 +143,12 @@ func newStore(t testing.TB, cfg Config) *Store {
 	return s
 }
 
-var algorithms = []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter}
+// algorithms is every algorithm the Store runs: the engine's list.
+var algorithms = engine.Algorithms()
+
+// hybridAlgorithms is every algorithm a Hybrid runs: all but GCRA (see
+// NewHybrid).
+var hybridAlgorithms = []engine.Algorithm{engine.SlidingLog, engine.SlidingCounter}
 
 // TestConformanceVector is the seed-001 vector: Limit 2, Window 1 s.
 func TestConformanceVector(t *testing.T) {
@@ -151,15 +191,22 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 	for _, alg := range algorithms {
 		for _, penalty := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/penalty=%v", alg, penalty), func(t *testing.T) {
-				const limit, window = 5, 100 * time.Millisecond
+				const window = 100 * time.Millisecond
+				limit, burst := 5, 0
+				if alg == engine.GCRA {
+					// An emission interval that is not a whole number of µs
+					// (100 ms / 7, rounded up to a ns), and a bucket of its
+					// own: the script must be exact to the ns, as the engine.
+					limit, burst = 7, 4
+				}
 				clk := &fakeClock{}
 				clk.set(base)
-				s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Window: window,
+				s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Burst: burst, Window: window,
 					Penalty: penalty, Clock: clk, Prefix: fmt.Sprintf("diff:%v:%v:", alg, penalty)})
 				// The engine's counter aligns windows to its epoch (the clock
 				// at New); base is a multiple of the window, as Redis aligns
 				// to multiples of the window since the Unix epoch.
-				ref, err := engine.New(engine.Config{Algorithm: alg, Limit: limit, Window: window, Penalty: penalty, Clock: clk})
+				ref, err := engine.New(engine.Config{Algorithm: alg, Limit: limit, Burst: burst, Window: window, Penalty: penalty, Clock: clk})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -179,6 +226,19 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 					var got, want engine.Decision
 					op := "allow"
 					switch r := rng.IntN(20); {
+					case r == 1 && alg != engine.GCRA:
+						// A reset key behaves as a fresh one: the next
+						// decisions must agree again. (Not GCRA: the
+						// engine's Reset marks the bucket full at the
+						// key's TAT, where its word must not go back, so
+						// its refill counts from there; Redis deletes the
+						// key, a fresh bucket now: TestGCRAResetIsFresh.)
+						op = "reset"
+						if err := s.ResetContext(context.Background(), key); err != nil {
+							t.Fatalf("step %d reset: %v", i, err)
+						}
+						ref.Reset(key)
+						continue
 					case r == 0:
 						op = "peek"
 						got, err = s.PeekContext(context.Background(), key)
@@ -195,10 +255,12 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 					if err != nil {
 						t.Fatalf("step %d %s: %v", i, op, err)
 					}
-					if want.RetryAfter != engine.Never {
-						want.RetryAfter = ceilUS(want.RetryAfter)
+					if alg != engine.GCRA { // GCRA's script answers in ns, exactly
+						if want.RetryAfter != engine.Never {
+							want.RetryAfter = ceilUS(want.RetryAfter)
+						}
+						want.ResetAfter = ceilUS(want.ResetAfter)
 					}
-					want.ResetAfter = ceilUS(want.ResetAfter)
 					if got != want {
 						t.Fatalf("step %d %s %s at +%v: redis %+v, engine %+v", i, op, key, time.Duration(now-base), got, want)
 					}
@@ -231,7 +293,8 @@ func ceilUS(d time.Duration) time.Duration {
 }
 
 // TestConcurrentOneKey: many goroutines at once on one key, all at the same
-// timestamp, admit exactly Limit (atomic script; unique log members).
+// timestamp, admit exactly Limit (GCRA: Burst; atomic script; unique log
+// members).
 func TestConcurrentOneKey(t *testing.T) {
 	srv := redistest.Start(t)
 	testConcurrentOneKey(t, newClient(t, srv.Addr()))
@@ -240,10 +303,15 @@ func TestConcurrentOneKey(t *testing.T) {
 func testConcurrentOneKey(t *testing.T, client redis.UniversalClient) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			const limit, workers, each = 50, 16, 10
+			const workers, each = 16, 10
+			limit, burst := 50, 0
+			if alg == engine.GCRA {
+				burst = 20 // a bucket of its own: exactly Burst are admitted at once
+			}
 			clk := &fakeClock{}
 			clk.set(base)
-			s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Window: time.Minute, Clock: clk, Prefix: "conc:"})
+			s := newStore(t, Config{Client: client, Algorithm: alg, Limit: limit, Burst: burst, Window: time.Minute, Clock: clk, Prefix: "conc:"})
+			want := int64(s.Config().Burst)
 			var admitted atomic.Int64
 			var firstErr atomic.Value
 			concurrently(workers, func() {
@@ -260,11 +328,11 @@ func testConcurrentOneKey(t *testing.T, client redis.UniversalClient) {
 			if err := firstErr.Load(); err != nil {
 				t.Fatal(err)
 			}
-			if got := admitted.Load(); got != limit {
-				t.Fatalf("admitted %d of %d, want exactly %d", got, workers*each, limit)
+			if got := admitted.Load(); got != want {
+				t.Fatalf("admitted %d of %d, want exactly %d", got, workers*each, want)
 			}
 			if alg == engine.SlidingLog {
-				if n := logEntries(t, client, stateKey(s, "hot")); n != limit {
+				if n := logEntries(t, client, stateKey(s, "hot")); n != want {
 					t.Fatalf("log holds %d members, want %d (members must be unique at equal timestamps)", n, limit)
 				}
 			}
@@ -328,6 +396,12 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		"Nodes":            func(c *Config) { c.Nodes = -1 },
 		"BreakerThreshold": func(c *Config) { c.BreakerThreshold = -1 },
 		"BreakerCooldown":  func(c *Config) { c.BreakerCooldown = -1 },
+		"Burst":            func(c *Config) { c.Burst = 2 }, // SlidingLog's burst is its Limit
+		"Burst GCRA":       func(c *Config) { c.Algorithm, c.Burst = engine.GCRA, -1 },
+		"Burst GCRA max":   func(c *Config) { c.Algorithm, c.Burst = engine.GCRA, engine.MaxGCRALimit+1 },
+		"Burst GCRA depth": func(c *Config) { c.Algorithm, c.Window, c.Burst = engine.GCRA, engine.MaxWindow, 1000 },
+		"Limit GCRA":       func(c *Config) { c.Algorithm, c.Limit = engine.GCRA, engine.MaxGCRALimit+1 },
+		"Window GCRA":      func(c *Config) { c.Algorithm, c.Limit, c.Window = engine.GCRA, 2000, time.Microsecond },
 	}
 	for name, mutate := range cases {
 		cfg := ok
@@ -335,6 +409,8 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		_, err := New(cfg)
 		if !errors.Is(err, engine.ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want engine.ErrInvalidConfig", name, err)
+		} else if field, _, _ := strings.Cut(name, " "); !strings.Contains(err.Error(), "Config."+field) {
+			t.Errorf("%s: err = %v, does not name Config.%s", name, err, field)
 		}
 	}
 	if _, err := New(ok); err != nil {
@@ -380,5 +456,51 @@ func TestLogKeyOutlivesItsEntries(t *testing.T) {
 		if min := window - time.Since(before) - time.Millisecond; ttl < min {
 			t.Fatalf("PTTL %v after a write, want at least %v", ttl, min)
 		}
+	}
+}
+
+// TestGCRAResetIsFresh: a GCRA key reset while deep in debt decides as a key
+// never seen: Burst at once, then one per emission interval, with the
+// same RetryAfter and ResetAfter as a fresh key's.
+func TestGCRAResetIsFresh(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := &fakeClock{}
+	clk.set(base)
+	s := newStore(t, Config{Client: newClient(t, srv.Addr()), Algorithm: engine.GCRA, Limit: 10, Burst: 3, Window: time.Second,
+		Penalty: true, Clock: clk, Prefix: "gcrareset:"})
+	ctx := context.Background()
+	for range 20 { // deep in (penalty) debt
+		if _, err := s.AllowNContext(ctx, "used", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.ResetContext(ctx, "used"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		clk.set(base + int64(i)*int64(30*time.Millisecond))
+		got, err := s.AllowNContext(ctx, "used", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.AllowNContext(ctx, "fresh", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("request %d: reset key %+v, fresh key %+v", i, got, want)
+		}
+	}
+}
+
+// TestHybridRejectsGCRA: a Hybrid cannot bound GCRA (its leases cannot be
+// given back to a bucket), so NewHybrid refuses it, naming the field,
+// before any round trip.
+func TestHybridRejectsGCRA(t *testing.T) {
+	c := redis.NewClient(testClientOptions("127.0.0.1:1"))
+	defer c.Close()
+	_, err := NewHybrid(HybridConfig{Config: Config{Client: c, Algorithm: engine.GCRA, Limit: 10, Window: time.Second}})
+	if !errors.Is(err, engine.ErrInvalidConfig) || !strings.Contains(err.Error(), "Algorithm") {
+		t.Fatalf("NewHybrid(GCRA) = %v, want an error wrapping engine.ErrInvalidConfig naming Algorithm", err)
 	}
 }
