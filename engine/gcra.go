@@ -51,6 +51,36 @@ type gcraAlgo struct {
 	penalty bool
 	token   int64 // ns of u per request: ceil(Window/MaxLimit)
 	max     int64 // MaxLimit
+	// deepest is the deepest bucket any rule has had (ns of its clock),
+	// raised before a decision under a deeper rule writes: with the
+	// callers' lead it bounds how far ahead of the clock a key's TAT can
+	// be, which a Reset key waits out before its record is freed (see
+	// bound).
+	deepest atomic.Int64
+}
+
+// bound is how long after its time a word of a key that was Reset is idle
+// (package gcra, "Why a stale CAS never succeeds"): a TAT is at most a
+// caller's lead (ahead: one Window) past the clock plus a bucket (two in
+// Penalty mode) past its request's time, and the Reset's mark is dated at
+// a clock reading; 2 ns cover the rounding of a word moved between the
+// clocks. Read under the shard's lock, after the word.
+func (a *gcraAlgo) bound() int64 {
+	d := a.deepest.Load()
+	if a.penalty {
+		d *= 2
+	}
+	return satAdd(a.l.ahead, d+2)
+}
+
+// deepen raises deepest to depth, before a decision under it.
+func (a *gcraAlgo) deepen(depth int64) {
+	for {
+		d := a.deepest.Load()
+		if depth <= d || a.deepest.CompareAndSwap(d, depth) {
+			return
+		}
+	}
 }
 
 // gcraRate is the limit and burst in force, and the virtual clock's piece
@@ -118,6 +148,7 @@ func buildGCRA(l *Limiter) error {
 		burst = c.Limit
 	}
 	a.rate.Store(a.newRate(c.Limit, burst, follows, 0, 0, 0))
+	a.deepen(a.rate.Load().rule.Depth)
 	// GCRA's times are 62-bit ns and never wrap: no guard sweep is needed
 	// (a span no clock reaches). Callers' times get the counter's lead.
 	l.setBounds(math.MaxInt64, satMul(atomiccounter.LateWindows/4, l.window))
@@ -270,6 +301,9 @@ func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) Decis
 			return a.l.never(limit)
 		}
 		c = a.callRule(r, limit)
+		if c.rule.Depth > a.deepest.Load() {
+			a.deepen(c.rule.Depth)
+		}
 	}
 	if n <= 0 || n > c.burst {
 		return a.l.never(c.burst)
@@ -323,16 +357,20 @@ func (a *gcraAlgo) convert(s *shard.FlatShard, rec *shard.Record, h uint64, alt 
 	if !gcra.Live(w) || rec.Hash.Load() != h || gcra.Alt(w) == alt {
 		return // freed, moved or converted meanwhile: the caller looks again
 	}
-	to := func(t int64) int64 { return min(r.real(t), gcraMaxTime) }
-	if alt == false {
-		to = func(t int64) int64 {
+	rec.State.CompareAndSwap(w, r.convert(w))
+}
+
+// convert is word w moved to the other clock (see gcraAlgo.convert).
+func (r *gcraRate) convert(w uint64) uint64 {
+	if gcra.Alt(w) {
+		return gcra.Convert(w, func(t int64) int64 {
 			if t <= 0 {
 				return 0
 			}
 			return r.u(t-1) + 1
-		}
+		})
 	}
-	rec.State.CompareAndSwap(w, gcra.Convert(w, to))
+	return gcra.Convert(w, func(t int64) int64 { return min(r.real(t), gcraMaxTime) })
 }
 
 // describe fills the figures of d from a decision's snapshot: RetryAfter
@@ -392,10 +430,11 @@ func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel 
 // here.
 func (a *gcraAlgo) idle(w uint64, rel int64) (bool, int64) {
 	r := a.rate.Load()
-	if gcra.Idle(w, r.u(rel), min(rel, gcraMaxTime)) {
+	b := a.bound()
+	if gcra.Idle(w, r.u(rel), min(rel, gcraMaxTime), b) {
 		return true, rel
 	}
-	t, _ := gcra.Unpack(w)
+	t := gcra.ReadyAt(w, b)
 	if gcra.Alt(w) {
 		return false, max(rel, t)
 	}
@@ -427,14 +466,7 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 		if gcra.Alt(w) {
 			// On the real clock (per-call limits): judged as AllowN would
 			// judge it, on u after the same conversion.
-			t, reset := gcra.Unpack(w)
-			ut := int64(0)
-			if t > 0 {
-				ut = r.u(t-1) + 1
-			}
-			if w = gcra.Pack(ut, false); reset {
-				w = gcra.PackReset(ut, false)
-			}
+			w = r.convert(w)
 		}
 		st, snap := gcra.Peek(w, u, r.rule)
 		d := Decision{Allowed: st == gcra.Allowed, Limit: r.burst}
@@ -443,21 +475,30 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 	}
 }
 
-// reset marks the key's bucket full, at the later of now and its TAT, so
-// the word still only grows (package gcra).
+// reset forgets the key's debt: a mark at the clock reading rel (on the
+// word's clock), from which the key's bucket is full. The mark and the
+// key's later words are idle only bound after their time, so the record
+// is freed no earlier than before the Reset (package gcra, "Why a stale
+// CAS never succeeds"). A key never Reset that owes nothing at rel is left
+// as it is (a full bucket already; no wait added to its reclamation).
 func (a *gcraAlgo) reset(key string, rel int64) {
 	h := a.flat.Hash(key)
-	r := a.rate.Load()
-	u := r.u(rel)
-	real := min(max(rel, 0), gcraMaxTime)
 	resetFlat(a.flat, h, func(w uint64) (uint64, bool) {
 		if !gcra.Live(w) {
 			return 0, false
 		}
+		// The clock and the rate are read after w: every request whose
+		// write w holds read both before, so the mark is at or after its
+		// clock reading on its rate's clock (the bound counts from there).
+		rel := max(rel, a.l.relNow())
+		now := a.rate.Load().u(rel)
 		if gcra.Alt(w) {
-			return gcra.Emptied(w, real), true
+			now = min(max(rel, 0), gcraMaxTime)
 		}
-		return gcra.Emptied(w, u), true
+		if t, mark := gcra.Unpack(w); !gcra.WasReset(w) && !mark && t <= now {
+			return w, true
+		}
+		return gcra.Emptied(w, now), true
 	})
 }
 
@@ -511,7 +552,9 @@ func (a *gcraAlgo) publish(next func(old *gcraRate) (limit, burst int, follows b
 	}
 	if limit == old.limit {
 		// The same clock: only the bucket changes.
-		a.rate.Store(a.newRate(limit, burst, follows, old.t0, old.t1, old.u0))
+		r := a.newRate(limit, burst, follows, old.t0, old.t1, old.u0)
+		a.deepen(r.rule.Depth)
+		a.rate.Store(r)
 		return nil
 	}
 	// The new piece starts at u(c) under the old rate (so u never goes
@@ -522,6 +565,7 @@ func (a *gcraAlgo) publish(next func(old *gcraRate) (limit, burst int, follows b
 	r := a.newRate(limit, burst, follows, c, c, old.u(c))
 	r.t1 = satAdd(c, gcra.MulDiv(1, r.den, r.num, true))
 	r.off = r.u0 - r.t1
+	a.deepen(r.rule.Depth)
 	a.rate.Store(r)
 	return nil
 }

@@ -218,7 +218,7 @@ func checkGCRAKey(k int, ops []gcraOp, tok, depth int64, penalty bool) []string 
 			}
 		}
 		if rem := max(0, (depth-(w-wr.rel))/tok); int64(wr.d.Remaining) != rem {
-			fail("writer of word %d: Remaining %d, reference %d", w, wr.d.Remaining, rem)
+			fail("writer of word %d (%+v, time %d, n %d, candidates %d): Remaining %d, reference %d", w, wr.d, wr.rel, wr.n, len(byWord[w]), wr.d.Remaining, rem)
 		}
 		// Every other op of the group saw the word and wrote nothing.
 		for _, i := range byWord[w] {

@@ -27,6 +27,7 @@ type gcraKey struct {
 	at    int64
 	reset bool
 	alt   bool // on the real clock (last used with a per-call limit)
+	hist  bool // was Reset
 }
 
 func newGCRAModel(limit, burst, maxLimit int, window time.Duration, penalty bool) *gcraModel {
@@ -229,9 +230,16 @@ func (m *gcraModel) peek(key string, t int64) Decision {
 	return d
 }
 
+// reset forgets the key's debt: a mark at the clock reading now, from
+// which its bucket is full; a key never Reset that owes nothing is left
+// as it is.
 func (m *gcraModel) reset(key string, now int64) {
 	if k, ok := m.keys[key]; ok {
-		k.at, k.reset = max(k.at, m.clock(now, k.alt)), true
+		c := m.clock(now, k.alt)
+		if !k.hist && !k.reset && k.at <= c {
+			return
+		}
+		k.at, k.reset, k.hist = c, true, true
 	}
 }
 

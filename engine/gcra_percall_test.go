@@ -57,14 +57,14 @@ func TestGCRAPerCallBucketAboveMaxDepthIsCutToIt(t *testing.T) {
 	}
 	for _, key := range []string{"new", "existing"} {
 		d := l.AllowNWithLimit(key, huge, MaxGCRALimit)
-		if d.Allowed || d.RetryAfter != Never || d.Limit != 1<<58 {
-			t.Fatalf("%s key, n = %d above the deepest bucket: %+v, want denied with RetryAfter Never and Limit 2^58 (the cut bucket in 1 ns tokens)", key, huge, d)
+		if d.Allowed || d.RetryAfter != Never || d.Limit != gcraMaxDepth {
+			t.Fatalf("%s key, n = %d above the deepest bucket: %+v, want denied with RetryAfter Never and Limit gcra.MaxDepth (the cut bucket in 1 ns tokens)", key, huge, d)
 		}
 	}
 	if s := l.Stats(); s.Invalid != 2 || s.Denied != 0 {
 		t.Fatalf("stats %+v, want 2 Invalid and no Denied", s)
 	}
-	if d := l.AllowNWithLimit("fresh", 1<<58, MaxGCRALimit); !d.Allowed {
+	if d := l.AllowNWithLimit("fresh", gcraMaxDepth, MaxGCRALimit); !d.Allowed {
 		t.Fatalf("a full cut bucket at once: %+v", d)
 	}
 }

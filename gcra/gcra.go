@@ -22,42 +22,56 @@
 //
 // # Bit layout
 //
-//	 63   62   61   60                                     0
-//	+----+----+----+----------------------------------------+
-//	| 0  | r  | c  |               time : 61                |
-//	+----+----+----+----------------------------------------+
+//	 63   62   61   60   59                                0
+//	+----+----+----+----+-----------------------------------+
+//	| 0  | r  | h  | c  |            time : 60              |
+//	+----+----+----+----+-----------------------------------+
 //
 // A live word has bit 63 clear. With r = 0 the time is the key's TAT.
 // With r = 1 it is a Reset's mark: the key's bucket is full from that time
-// on, and a request counts at the later of its own time and the mark's (a
-// key's times never go back). c says which of two clocks the time is on
-// (package engine runs a virtual clock for its limit in force and the
-// real clock for per-call limits): Take answers Other for a word on the
-// clock it was not given, and the caller converts it (Convert) before it
-// decides. Bit 63 set marks records that hold no key: Free (the record is
-// free) and Moved (a table rebuild moved it; package shard's Flat). Take
-// reports both as Stale.
+// on (its debt is forgotten), and a request counts at the later of its own
+// time and the mark's, as a new key counts at the later of its time and
+// the clock. h says the key was Reset (see below); every later word of the
+// key keeps it. c says which of two clocks the time is on (package engine
+// runs a virtual clock for its limit in force and the real clock for
+// per-call limits): Take answers Other for a word on the clock it was not
+// given, and the caller converts it (Convert) before it decides. Bit 63
+// set marks records that hold no key: Free (the record is free) and Moved
+// (a table rebuild moved it; package shard's Flat). Take reports both as
+// Stale.
 //
-// Times are nanoseconds since the limiter's epoch and stay below 2^61
-// (73 years): the caller keeps times below MaxTime/2 (36.5 years) and
+// Times are nanoseconds since the limiter's epoch and stay below 2^60
+// (36.5 years): the caller keeps times below MaxTime/2 (18 years) and
 // Depth at most MaxDepth, so no sum here overflows the field and the word
 // never wraps.
 //
 // # Why a stale CAS never succeeds
 //
-// A key's word only grows: every write stores a time at least the one it
-// replaces (TAT = max(TAT, now) + n x Token, a Reset mark at the later of
-// now and the TAT). A record is freed only when its word's time is at or
-// before a clock reading (Idle), and it is given to a new key only with a
-// first word dated after that reading (First adds n x Token >= 1). So every
-// word of the new key is greater than every word the old key ever had, and
-// a request of the old key that loaded one of those cannot CAS the new
-// key's word. With two clocks the same holds clock by clock: a word on one
-// never equals a word on the other (bit c), and Convert keeps a key's
-// times in order across them (a converted word is idle no earlier than
-// the word it replaces), so at the free every word the old key had, on
-// either clock, is at or before that clock's reading, and the new key's
-// first word, on its clock, is after it.
+// A request loads the word, checks the record's identity word, computes
+// and CASes. Within one key a CAS that finds again the word it loaded is
+// right whatever happened between: the word is the key's whole state. The
+// danger is a record freed and given to a new key while a request of the
+// old key is paused before its CAS: the new key must never hold a word
+// the old key had. A record is freed only when its word is idle as of a
+// clock reading (Idle), and given to a new key only with a first word
+// dated after that reading (First adds n x Token >= 1), and the new key's
+// words only grow from there. Without a Reset a key's words only grow too
+// (TAT = max(TAT, now) + n x Token), so at the free every word the old key
+// had is at or before the reading, below every word of the new key.
+//
+// A Reset forgets the debt, so its mark may be earlier than words the key
+// had before. Those words are at most Bound ahead of the mark (the caller
+// bounds how far ahead of its clock a TAT can be: its callers' lead plus
+// its deepest penalty), and the mark and every later word of the key carry
+// h, which makes them idle only Bound after their time (Idle). So at the
+// free the reading is at or after every word the key had, as before.
+//
+// With two clocks the same holds clock by clock: a word on one never
+// equals a word on the other (bit c), and Convert keeps a key's times in
+// order across them (a converted word is idle no earlier than the word it
+// replaces), so at the free every word the old key had, on either clock,
+// is at or before that clock's reading, and the new key's first word, on
+// its clock, is after it.
 package gcra
 
 import (
@@ -67,17 +81,18 @@ import (
 
 // Field layout.
 const (
-	TimeBits  = 61
+	TimeBits  = 60
 	MaxTime   = 1<<TimeBits - 1
 	altFlag   = 1 << TimeBits
-	resetFlag = 1 << (TimeBits + 1)
+	histFlag  = 1 << (TimeBits + 1)
+	resetFlag = 1 << (TimeBits + 2)
 	timeMask  = MaxTime
 )
 
 // MaxDepth is the largest Depth (and Token) a rule may have: with times
 // below MaxTime/2, a TAT plus two Depths plus a request's n x Token (at
 // most Depth) stays below MaxTime.
-const MaxDepth = 1 << 58
+const MaxDepth = 1 << 57
 
 // Free is the word of a record that holds no key.
 const Free uint64 = 1 << 63
@@ -89,15 +104,25 @@ const Moved uint64 = 1<<63 | 1
 // Live reports whether w is a key's state (not Free, not Moved).
 func Live(w uint64) bool { return w>>63 == 0 }
 
-// Pack builds the word of a key whose TAT is tat (clamped to [0, MaxTime])
-// on the clock alt says (false: the first, true: the other).
+// Pack builds the word of a never Reset key whose TAT is tat (clamped to
+// [0, MaxTime]) on the clock alt says (false: the first, true: the other).
 func Pack(tat int64, alt bool) uint64 { return uint64(clamp(tat)) | clockBit(alt) }
 
 // PackReset builds a Reset's mark at time at on clock alt.
-func PackReset(at int64, alt bool) uint64 { return uint64(clamp(at)) | resetFlag | clockBit(alt) }
+func PackReset(at int64, alt bool) uint64 {
+	return uint64(clamp(at)) | resetFlag | histFlag | clockBit(alt)
+}
 
 // Alt reports whether live word w's time is on the other clock.
 func Alt(w uint64) bool { return w&altFlag != 0 }
+
+// WasReset reports whether live word w's key was Reset (its words are
+// idle only Bound after their time).
+func WasReset(w uint64) bool { return w&histFlag != 0 }
+
+// nextWord is the word that follows w with TAT tat: same clock and history,
+// not a mark.
+func nextWord(w uint64, tat int64) uint64 { return uint64(clamp(tat)) | w&(altFlag|histFlag) }
 
 func clockBit(alt bool) uint64 {
 	if alt {
@@ -185,7 +210,7 @@ func Take(st, id *atomic.Uint64, hash uint64, now int64, n int64, r Rule, penalt
 			}
 		}
 		s.After = next
-		if st.CompareAndSwap(w, Pack(next, alt)) {
+		if st.CompareAndSwap(w, nextWord(w, next)) {
 			if ok {
 				return Allowed, s
 			}
@@ -210,18 +235,19 @@ func Peek(w uint64, now int64, r Rule) (Status, Snapshot) {
 // <= Depth: always admitted on a full bucket) arrive at now on clock alt.
 func First(now, n int64, r Rule, alt bool) uint64 { return Pack(now+n*r.Token, alt) }
 
-// Idle reports whether word w holds nothing at now or later: its bucket is
-// full (its time is at or before now, the reading of w's clock: altNow for
-// a word on the other clock). Free and Moved words are not idle.
-func Idle(w uint64, now, altNow int64) bool {
+// Idle reports whether word w holds nothing at now or later: its time is
+// at or before now, the reading of w's clock (altNow for a word on the
+// other clock), and for a key that was Reset at or before now - bound
+// (see "Why a stale CAS never succeeds"; bound >= 0). Free and Moved words
+// are not idle.
+func Idle(w uint64, now, altNow, bound int64) bool {
 	if !Live(w) {
 		return false
 	}
-	t, _ := Unpack(w)
 	if Alt(w) {
-		return t <= altNow
+		return ReadyAt(w, bound) <= altNow
 	}
-	return t <= now
+	return ReadyAt(w, bound) <= now
 }
 
 // Convert returns live word w moved to the other clock: its time t becomes
@@ -233,26 +259,24 @@ func Idle(w uint64, now, altNow int64) bool {
 // "Why a stale CAS never succeeds": an idle word's times, on both clocks,
 // are at or before the clock reading that freed it).
 func Convert(w uint64, to func(int64) int64) uint64 {
-	t, reset := Unpack(w)
-	if reset {
-		return PackReset(to(t), !Alt(w))
-	}
-	return Pack(to(t), !Alt(w))
+	t, _ := Unpack(w)
+	return uint64(clamp(to(t))) | w&(resetFlag|histFlag) | (w&altFlag ^ altFlag)
 }
 
-// ReadyAt returns the time from which live word w is idle.
-func ReadyAt(w uint64) int64 {
+// ReadyAt returns the time, on w's clock, from which live word w is idle.
+func ReadyAt(w uint64, bound int64) int64 {
 	t, _ := Unpack(w)
+	if WasReset(w) {
+		t += bound
+	}
 	return t
 }
 
 // Emptied returns the word that Reset stores in place of the key's word w
-// at time now (on w's clock): a mark at the later of now and w's time, so
-// the word still only grows (see "Why a stale CAS never succeeds").
-func Emptied(w uint64, now int64) uint64 {
-	wt, _ := Unpack(w)
-	return PackReset(max(now, wt), Alt(w))
-}
+// at time now (on w's clock, a clock reading: the Bound of "Why a stale
+// CAS never succeeds" is counted from it): a mark at now, so the key's
+// bucket is full from now on whatever its debt was.
+func Emptied(w uint64, now int64) uint64 { return PackReset(now, Alt(w)) }
 
 // Describe turns a snapshot into a decision's figures, in the times of
 // the snapshot: the requests admissible at once after it, the time

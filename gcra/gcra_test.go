@@ -26,7 +26,7 @@ func FuzzPackUnpack(f *testing.F) {
 			t.Fatalf("Unpack(%#x) = %d, %v; want %d clamped, %v", w, got, r, at, reset)
 		}
 		// Free and Moved are never a key's word, and never idle.
-		if Idle(Free, at, at) || Idle(Moved, at, at) || Live(Free) || Live(Moved) {
+		if Idle(Free, at, at, 0) || Idle(Moved, at, at, 0) || Live(Free) || Live(Moved) {
 			t.Fatal("Free or Moved read as a key's word")
 		}
 	})
@@ -87,30 +87,68 @@ func TestTakePenaltyIsBounded(t *testing.T) {
 	}
 }
 
-// A word only grows: every write, Reset's included, stores a time at
-// least the one it replaces (the reclamation argument rests on it).
-func TestWordsOnlyGrow(t *testing.T) {
+// Without a Reset a key's word only grows: every write stores a time at
+// least the one it replaces. After a Reset every word carries the Reset
+// history, and is idle only bound after its time, at or after every time
+// the key had before (the reclamation argument rests on both).
+func TestWordsOnlyGrowAndResetKeysWaitTheirBound(t *testing.T) {
 	r := Rule{Token: 7, Depth: 21}
+	const lead = 20                  // how far ahead of the clock a request's time may be
+	bound := int64(lead) + 2*r.Depth // plus the deepest penalty
 	var st, id atomic.Uint64
 	id.Store(1)
 	st.Store(First(100, 1, r, false))
 	seed := uint64(1)
-	prev := int64(0)
+	prev, high := int64(0), int64(0)
+	reset := false
 	for i := 0; i < 10000; i++ {
 		seed = seed*6364136223846793005 + 1442695040888963407
-		now := int64(50 + seed>>40%400)
-		switch seed >> 32 % 4 {
+		clock := int64(50 + i)
+		now := clock + int64(seed>>40%lead)
+		switch seed >> 32 % 8 {
 		case 0:
-			w := st.Load()
-			st.Store(Emptied(w, now))
+			st.Store(Emptied(st.Load(), clock))
+			reset = true
 		default:
 			Take(&st, &id, 1, now, int64(1+seed>>20%3), r, seed>>10%2 == 0, false)
 		}
-		at, _ := Unpack(st.Load())
-		if at < prev {
-			t.Fatalf("step %d: word went back from %d to %d", i, prev, at)
+		w := st.Load()
+		at, mark := Unpack(w)
+		if !reset && at < prev {
+			t.Fatalf("step %d: word of a never Reset key went back from %d to %d", i, prev, at)
+		}
+		if WasReset(w) != reset || mark && !reset {
+			t.Fatalf("step %d: word %#x, Reset history %v", i, w, reset)
+		}
+		if high = max(high, at); ReadyAt(w, bound) < high {
+			t.Fatalf("step %d: word %#x ready at %d, before the key's time %d", i, w, ReadyAt(w, bound), high)
 		}
 		prev = at
+	}
+}
+
+// A Reset forgets the debt: the bucket is full at the mark.
+func TestResetMarkIsAFullBucket(t *testing.T) {
+	r := Rule{Token: 10, Depth: 30}
+	var st, id atomic.Uint64
+	id.Store(1)
+	st.Store(Pack(5000, false)) // deep in debt at 1000
+	st.Store(Emptied(st.Load(), 1000))
+	for i := 0; i < 3; i++ {
+		if s, _ := Take(&st, &id, 1, 1000, 1, r, false, false); s != Allowed {
+			t.Fatalf("request %d of a full bucket after Reset denied", i+1)
+		}
+	}
+	if s, _ := Take(&st, &id, 1, 1000, 1, r, false, false); s != Denied {
+		t.Fatal("4th at once admitted after Reset")
+	}
+	if s, _ := Take(&st, &id, 1, 1000, 1, r, false, true); s != Other {
+		t.Fatal("a request on the other clock was not told Other")
+	}
+	w := st.Load()
+	c := Convert(w, func(t int64) int64 { return t * 2 })
+	if !Alt(c) || !WasReset(c) || Alt(Convert(c, func(t int64) int64 { return t })) {
+		t.Fatalf("Convert(%#x) = %#x: clock or history lost", w, c)
 	}
 }
 
