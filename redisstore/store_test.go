@@ -365,6 +365,11 @@ func testServerTime(t *testing.T, client redis.UniversalClient) {
 			if ttl <= 0 || ttl > 2*time.Hour+2*time.Millisecond {
 				t.Fatalf("PTTL(%s) = %v, want about the window", key, ttl)
 			}
+			// GCRA's key lives until its bucket is full again: ResetAfter
+			// (plus the ms of rounding), less the time since.
+			if alg == engine.GCRA && (ttl > d.ResetAfter+2*time.Millisecond || ttl < d.ResetAfter-time.Minute) {
+				t.Fatalf("PTTL(%s) = %v, want the time until the bucket is full, %v", key, ttl, d.ResetAfter)
+			}
 			s.Reset("k")
 			if n := client.Exists(context.Background(), key).Val(); n != 0 {
 				t.Fatalf("after Reset %d keys remain", n)
@@ -502,5 +507,27 @@ func TestHybridRejectsGCRA(t *testing.T) {
 	_, err := NewHybrid(HybridConfig{Config: Config{Client: c, Algorithm: engine.GCRA, Limit: 10, Window: time.Second}})
 	if !errors.Is(err, engine.ErrInvalidConfig) || !strings.Contains(err.Error(), "Algorithm") {
 		t.Fatalf("NewHybrid(GCRA) = %v, want an error wrapping engine.ErrInvalidConfig naming Algorithm", err)
+	}
+}
+
+// TestGCRARequestAboveBurstIsInvalid: n above the bucket can never be
+// admitted: RetryAfter engine.Never, counted in Stats.Invalid (not Denied),
+// nothing sent or written; n = Burst on a fresh key is admitted whole.
+func TestGCRARequestAboveBurstIsInvalid(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	s := newStore(t, Config{Client: client, Algorithm: engine.GCRA, Limit: 100, Burst: 5, Window: time.Second, Prefix: "gcrainv:"})
+	d, err := s.AllowNContext(context.Background(), "k", 6)
+	if err != nil || d.Allowed || d.RetryAfter != engine.Never || d.Limit != 5 {
+		t.Fatalf("AllowN(6) with Burst 5: %+v, %v; want denied, RetryAfter Never, Limit 5", d, err)
+	}
+	if st := s.Stats(); st.Invalid != 1 || st.Denied != 0 {
+		t.Fatalf("stats %+v, want Invalid 1, Denied 0", st)
+	}
+	if n := client.Exists(context.Background(), stateKey(s, "k")).Val(); n != 0 {
+		t.Fatalf("an invalid call wrote the key")
+	}
+	if d := s.AllowN("k", 5); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("AllowN(5) on a fresh key with Burst 5: %+v, want admitted with Remaining 0", d)
 	}
 }

@@ -3,8 +3,9 @@
 // (internal/redistest): decisions per second and the P99 latency of one
 // decision for
 //
-//   - ours: redisstore.Store, SlidingLog and SlidingCounter (one Lua script,
-//     one round trip per decision);
+//   - ours: redisstore.Store, SlidingLog, SlidingCounter and GCRA (one Lua
+//     script, one round trip per decision; GCRA with redis_rate's rate and
+//     burst, the like-for-like comparison);
 //   - redis_rate: github.com/go-redis/redis_rate/v10 (GCRA, one script);
 //   - zset-multi: the plain MULTI pipeline ZSET log (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE in one MULTI), the textbook Redis sliding log
 //     (ZREMRANGEBYSCORE, ZADD, ZCARD, EXPIRE), which records denied requests

@@ -51,6 +51,9 @@ type impl struct {
 var impls = []impl{
 	{"ours-log", func(b *testing.B, c *redis.Client) (decider, func() error) { return store(b, c, engine.SlidingLog) }},
 	{"ours-counter", func(b *testing.B, c *redis.Client) (decider, func() error) { return store(b, c, engine.SlidingCounter) }},
+	// GCRA with redis_rate's rate and burst (Burst 0 = Limit): the
+	// like-for-like comparison.
+	{"ours-gcra", func(b *testing.B, c *redis.Client) (decider, func() error) { return store(b, c, engine.GCRA) }},
 	{"redis_rate", func(b *testing.B, c *redis.Client) (decider, func() error) {
 		l := redis_rate.NewLimiter(c)
 		lim := redis_rate.Limit{Rate: limit, Burst: limit, Period: window}
