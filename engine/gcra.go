@@ -22,15 +22,21 @@ import (
 // u advances at limit/MaxLimit of the real clock's speed, and a request
 // always costs Token = ceil(Window/MaxLimit) ns of u. At limit = MaxLimit
 // (the default: MaxLimit = Limit, never changed) u is the real clock
-// plus an offset, one addition; below it, u(t) = u0 + (t-t0) x limit /
-// MaxLimit (a 128-bit multiply and divide). SetLimit starts a new piece
-// at its clock reading c with u0 = u(c) under the old rate, so u is
-// continuous and never goes back, and a key's debt in requests (TAT - u)
-// / Token is the same just before and just after the change.
+// plus an offset, one addition; below it, u(t) = u0 + floor((t-t1) x
+// limit/MaxLimit x (S-1)/S) (a 128-bit multiply and divide; the slowing
+// by 1/S pays for reading u rounded down, see gcraSpeed). SetLimit starts
+// a new piece at its clock reading c with u0 = u(c) under the old rate,
+// held for one ns of u at the new speed (to t1), so u never goes back,
+// and a key's debt in requests (TAT - u) / Token is the same just before
+// and just after the change.
 //
-// The emission interval is exact to the nanosecond of u: Window/limit
-// real ns per request, up to MaxLimit/Window of relative error from
-// rounding Token up (never faster than the rate).
+// The rate is never exceeded, and is short of Window/limit real ns per
+// request by less than 1/Token (rounding Token up) plus, below MaxLimit,
+// 1/S: under 1 % in all (New wants Token >= gcraMinToken).
+//
+// Per-call limits (AllowNWithLimit) run on the real clock instead, whose
+// speed no SetLimit changes; a word says which clock it is on (package
+// gcra), and a key used both ways is converted (gcraAlgo.convert).
 //
 // # Reclamation across a change
 //
@@ -99,7 +105,7 @@ type gcraRate struct {
 const gcraMaxDepth = gcra.MaxDepth
 
 // gcraMaxTime bounds the times GCRA computes with (package gcra): about
-// 36.5 years of the limiter's clock (2^60 ns). A key whose TAT would pass
+// 18 years of the limiter's clock (2^59 ns). A key whose TAT would pass
 // it is denied with RetryAfter Never (see gcraAlgo.describe).
 const gcraMaxTime = gcra.MaxTime / 2
 
@@ -377,7 +383,7 @@ func (r *gcraRate) convert(w uint64) uint64 {
 // is exact (the first real time at which the clock reaches the time n more
 // are admitted, with no other traffic), ResetAfter is until the bucket is
 // full again. A key whose times reached GCRA's end of time (gcraMaxTime,
-// 36.5 years after the epoch) is denied with RetryAfter Never, never 0.
+// 18 years after the epoch) is denied with RetryAfter Never, never 0.
 func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, c *gcraCall, r *gcraRate, rel int64) {
 	rem, retryAt, fullAt := gcra.Describe(snap, int64(n), c.rule)
 	d.Remaining = int(rem)

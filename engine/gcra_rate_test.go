@@ -100,3 +100,26 @@ func TestNewRejectsGCRAMaxLimitTooFineForWindow(t *testing.T) {
 	}
 	newLimiter(t, Config{Algorithm: GCRA, Limit: 10, MaxLimit: 5_000_000, Window: time.Second}) // 200 ns: accepted
 }
+
+// GCRA's times end at gcraMaxTime (2^59 ns, about 18 years after the
+// epoch): past it the clock reads no further, so a drained key is never
+// admitted again. Its denials say RetryAfter Never, never 0 (a Wait or a
+// client honouring Retry-After would spin).
+func TestGCRAPastTheEndOfTimeDeniesWithRetryAfterNever(t *testing.T) {
+	clk := &fakeClock{}
+	l := newLimiter(t, Config{Algorithm: GCRA, Limit: 1, Burst: 1, Window: time.Second, Clock: clk})
+	clk.t.Store(gcraMaxTime + int64(time.Hour))
+	if !l.Allow("k") {
+		t.Fatal("first request denied")
+	}
+	for i := 0; i < 3; i++ {
+		d := l.AllowN("k", 1)
+		if d.Allowed || d.RetryAfter != Never {
+			t.Fatalf("request %d past the end of time: %+v, want denied with RetryAfter Never", i+2, d)
+		}
+		clk.t.Add(int64(time.Hour))
+	}
+	if d := l.Peek("k"); d.Allowed || d.RetryAfter != Never {
+		t.Fatalf("Peek past the end of time: %+v, want RetryAfter Never", d)
+	}
+}
