@@ -20,9 +20,9 @@
 //
 //	NS_max_keys{rule}, NS_key_bytes{rule}                       gauges    the key bound and the bytes of key state (Engines)
 //	NS_keys_inserted_total{rule}, NS_keys_reclaimed_total{rule} counters  keys created, idle keys reclaimed (Engines)
-//	NS_engine_decisions_total{rule,outcome}                     counter   the engine's own allowed/denied (Engines)
+//	NS_engine_decisions_total{rule,outcome}                     counter   the engine's own allowed/denied/invalid (Engines)
 //	NS_requests_total{outcome}                                  counter   middleware requests by what happened to them (Middlewares)
-//	NS_redis_*{rule,...}                                        Store and Hybrid faults, breaker, policy decisions (Stores, Hybrids)
+//	NS_redis_*{rule,...}                                        Store and Hybrid decisions, faults, breaker, policy decisions, evictions, clock reads (Stores, Hybrids)
 //	NS_hybrid_*{rule}                                           Hybrid leases and syncs (Hybrids)
 //
 // Guarantees: counters are monotonic for as long as the objects they read
@@ -161,7 +161,7 @@ func New(opts Options) (*Collector, error) {
 		prometheus.NewDesc(ns+"key_bytes", "Bytes of key state an in-memory rule's limiter holds now.", rule, nil),
 		prometheus.NewDesc(ns+"keys_inserted_total", "Keys an in-memory rule's limiter created.", rule, nil),
 		prometheus.NewDesc(ns+"keys_reclaimed_total", "Idle keys an in-memory rule's limiter reclaimed (sweep or lazy reuse).", rule, nil),
-		prometheus.NewDesc(ns+"engine_decisions_total", "Decisions an in-memory rule's limiter made, by outcome: allowed, denied.", []string{"rule", "outcome"}, nil),
+		prometheus.NewDesc(ns+"engine_decisions_total", "Decisions an in-memory rule's limiter made, by outcome: allowed, denied, invalid (calls no wait could admit: n <= 0 or above the limit; neither allowed nor denied).", []string{"rule", "outcome"}, nil),
 	}
 	c.redis = newRedisDescs(ns)
 	c.hybrid = newHybridDescs(ns)
@@ -203,6 +203,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d[5], prometheus.CounterValue, float64(st.Reclaimed), e.Rule)
 			ch <- prometheus.MustNewConstMetric(d[6], prometheus.CounterValue, float64(st.Allowed), e.Rule, "allowed")
 			ch <- prometheus.MustNewConstMetric(d[6], prometheus.CounterValue, float64(st.Denied), e.Rule, "denied")
+			ch <- prometheus.MustNewConstMetric(d[6], prometheus.CounterValue, float64(st.Invalid), e.Rule, "invalid")
 		}
 	}
 	if c.opts.Middlewares != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
@@ -138,16 +139,18 @@ func TestEngineSeriesReadTheLimitersStats(t *testing.T) {
 	eng.AllowN("a", 1)
 	eng.AllowN("a", 1)
 	eng.AllowN("b", 1)
+	eng.AllowN("c", 2) // above the limit: invalid, neither allowed nor denied
 	c, err := promlimit.New(promlimit.Options{Engines: func() []promlimit.Engine { return []promlimit.Engine{{Rule: "r", Limiter: eng}} }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := eng.Stats()
 	want := `
-# HELP slidelimit_engine_decisions_total Decisions an in-memory rule's limiter made, by outcome: allowed, denied.
+# HELP slidelimit_engine_decisions_total Decisions an in-memory rule's limiter made, by outcome: allowed, denied, invalid (calls no wait could admit: n <= 0 or above the limit; neither allowed nor denied).
 # TYPE slidelimit_engine_decisions_total counter
 slidelimit_engine_decisions_total{outcome="allowed",rule="r"} 2
 slidelimit_engine_decisions_total{outcome="denied",rule="r"} 1
+slidelimit_engine_decisions_total{outcome="invalid",rule="r"} 1
 # HELP slidelimit_keys_inserted_total Keys an in-memory rule's limiter created.
 # TYPE slidelimit_keys_inserted_total counter
 slidelimit_keys_inserted_total{rule="r"} 2
@@ -212,6 +215,9 @@ slidelimit_redis_breaker_open{rule="shared"} 0
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"slidelimit_redis_calls_total", "slidelimit_redis_policy_decisions_total", "slidelimit_redis_breaker_open"); err != nil {
 		t.Error(err)
+	}
+	if got := testutil.ToFloat64(onlyMetric(t, c, "slidelimit_redis_eviction_unchecked")); got != 1 || !st.EvictionUnchecked {
+		t.Errorf("redis_eviction_unchecked %g (Stats.EvictionUnchecked %v), want 1: New could not reach the server to read its policy", got, st.EvictionUnchecked)
 	}
 	if n := testutil.CollectAndCount(c, "slidelimit_redis_faults_total"); n != 6 {
 		t.Errorf("redis_faults_total series: %d, want one per kind (6)", n)
@@ -349,4 +355,100 @@ func TestConcurrentObserveRulesRetainAndCollect(t *testing.T) {
 	if _, err := reg.Gather(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The Store's eviction, clock and invalid-call counters are exported as
+// they are in its Stats.
+func TestRedisSeriesExportEvictionsClockReadsAndInvalidCalls(t *testing.T) {
+	s, err := redisstore.New(redisstore.Config{
+		Client: deadRedis(t), Algorithm: engine.SlidingCounter, Limit: 5, Window: time.Minute,
+		Timeout: time.Second, OnFailure: redisstore.FailOpen, BreakerThreshold: 100,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.AllowN("k", 0) // never sent: invalid
+	s.AllowN("k", 6) // above the limit: invalid
+	s.AllowN("k", 1)
+	st := s.Stats()
+	if st.Invalid != 2 {
+		t.Fatalf("store stats %+v: want 2 invalid calls", st)
+	}
+	c, err := promlimit.New(promlimit.Options{Stores: func() []promlimit.Store { return []promlimit.Store{{Rule: "r", Store: s}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		"slidelimit_redis_evicted_keys_total":   float64(st.EvictedKeys),
+		"slidelimit_redis_clock_reads_total":    float64(st.ClockReads),
+		"slidelimit_redis_evicted_keys_unknown": b2f(st.EvictedKeysUnknown),
+		"slidelimit_redis_eviction_unchecked":   b2f(st.EvictionUnchecked),
+	} {
+		if got := testutil.ToFloat64(onlyMetric(t, c, name)); got != want {
+			t.Errorf("%s = %g, want %g (Stats %+v)", name, got, want, st)
+		}
+	}
+	want := `
+# HELP slidelimit_redis_decisions_total Decisions of a rule's Redis store (by Redis or by its failure policy), by outcome: allowed, denied, invalid (n <= 0 or above the limit: never sent, neither allowed nor denied).
+# TYPE slidelimit_redis_decisions_total counter
+slidelimit_redis_decisions_total{outcome="allowed",rule="r"} 1
+slidelimit_redis_decisions_total{outcome="denied",rule="r"} 0
+slidelimit_redis_decisions_total{outcome="invalid",rule="r"} 2
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "slidelimit_redis_decisions_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// A Hybrid's invalid calls count under hybrid_decisions_total.
+func TestHybridSeriesCountInvalidCalls(t *testing.T) {
+	h, err := redisstore.NewHybrid(redisstore.HybridConfig{Config: redisstore.Config{
+		Client: deadRedis(t), Algorithm: engine.SlidingCounter, Limit: 100, Window: time.Minute,
+		Timeout: time.Second, OnFailure: redisstore.FailClosed,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	h.AllowN("k", 0)
+	h.AllowN("k", 101)
+	if got := h.Stats().Invalid; got != 2 {
+		t.Fatalf("HybridStats.Invalid %d, want 2", got)
+	}
+	c, err := promlimit.New(promlimit.Options{Hybrids: func() []promlimit.Hybrid { return []promlimit.Hybrid{{Rule: "h", Hybrid: h}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan prometheus.Metric, 256)
+	c.Collect(ch)
+	close(ch)
+	found := false
+	for m := range ch {
+		d := m.Desc().String()
+		if !strings.Contains(d, `"slidelimit_hybrid_decisions_total"`) {
+			continue
+		}
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range pb.GetLabel() {
+			if l.GetName() == "outcome" && l.GetValue() == "invalid" {
+				found = true
+				if v := pb.GetCounter().GetValue(); v != 2 {
+					t.Errorf("hybrid_decisions_total{outcome=invalid} = %g, want 2", v)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no hybrid_decisions_total{outcome=invalid} series")
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -8,22 +8,32 @@ import (
 // redisDescs are the series of a redisstore.Stats.
 type redisDescs struct {
 	calls, decisions, faults, breakerOpens, breakerOpen, policy *prometheus.Desc
+	evicted, evictionUnchecked, evictedUnknown, clockReads      *prometheus.Desc
 }
 
 func newRedisDescs(ns string) redisDescs {
 	rule := []string{"rule"}
 	return redisDescs{
 		calls:        prometheus.NewDesc(ns+"redis_calls_total", "Decisions, peeks and resets asked of a rule's Redis store.", rule, nil),
-		decisions:    prometheus.NewDesc(ns+"redis_decisions_total", "Decisions of a rule's Redis store (by Redis or by its failure policy), by outcome: allowed, denied.", []string{"rule", "outcome"}, nil),
+		decisions:    prometheus.NewDesc(ns+"redis_decisions_total", "Decisions of a rule's Redis store (by Redis or by its failure policy), by outcome: allowed, denied, invalid (n <= 0 or above the limit: never sent, neither allowed nor denied).", []string{"rule", "outcome"}, nil),
 		faults:       prometheus.NewDesc(ns+"redis_faults_total", "Calls of a rule's Redis store that Redis did not answer in time, by kind: timeout, late (reached Redis after its deadline), error, canceled (the caller left), key_too_long (never sent), short_circuit (breaker open, never sent).", []string{"rule", "kind"}, nil),
 		breakerOpens: prometheus.NewDesc(ns+"redis_breaker_opens_total", "Times the circuit breaker of a rule's Redis store opened.", rule, nil),
 		breakerOpen:  prometheus.NewDesc(ns+"redis_breaker_open", "1 while the circuit breaker of a rule's Redis store is open or half-open.", rule, nil),
 		policy:       prometheus.NewDesc(ns+"redis_policy_decisions_total", "Decisions a rule's Redis store left to its failure policy, by policy: fail_open, fail_closed, fail_local.", []string{"rule", "policy"}, nil),
+		evicted: prometheus.NewDesc(ns+"redis_evicted_keys_total",
+			"Keys the Redis servers of a rule's store evicted since the store was made (INFO evicted_keys, any owner's: an evicted limiter key grants its whole limit again).", rule, nil),
+		evictionUnchecked: prometheus.NewDesc(ns+"redis_eviction_unchecked",
+			"1 when the store could not read a server's maxmemory-policy at start (CONFIG denied, a server unreachable): nothing but the operator guards against evicted limiter keys.", rule, nil),
+		evictedUnknown: prometheus.NewDesc(ns+"redis_evicted_keys_unknown",
+			"1 when the latest evicted_keys sample of a rule's store missed a server (INFO denied, a server down): redis_evicted_keys_total lacks its evictions.", rule, nil),
+		clockReads: prometheus.NewDesc(ns+"redis_clock_reads_total",
+			"Reads of a server's TIME a rule's store made before a call, because its estimate of the server's clock was missing or stale.", rule, nil),
 	}
 }
 
 func (d *redisDescs) describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.calls, d.decisions, d.faults, d.breakerOpens, d.breakerOpen, d.policy} {
+	for _, x := range []*prometheus.Desc{d.calls, d.decisions, d.faults, d.breakerOpens, d.breakerOpen, d.policy,
+		d.evicted, d.evictionUnchecked, d.evictedUnknown, d.clockReads} {
 		ch <- x
 	}
 }
@@ -35,6 +45,7 @@ func (d *redisDescs) collect(ch chan<- prometheus.Metric, rule string, s redisst
 	counter(d.calls, s.Calls, rule)
 	counter(d.decisions, s.Allowed, rule, "allowed")
 	counter(d.decisions, s.Denied, rule, "denied")
+	counter(d.decisions, s.Invalid, rule, "invalid")
 	counter(d.faults, s.Timeouts, rule, "timeout")
 	counter(d.faults, s.Late, rule, "late")
 	counter(d.faults, s.Errors, rule, "error")
@@ -42,14 +53,21 @@ func (d *redisDescs) collect(ch chan<- prometheus.Metric, rule string, s redisst
 	counter(d.faults, s.KeysTooLong, rule, "key_too_long")
 	counter(d.faults, s.ShortCircuits, rule, "short_circuit")
 	counter(d.breakerOpens, s.BreakerOpens, rule)
-	open := 0.0
-	if s.BreakerOpen {
-		open = 1
+	gauge := func(desc *prometheus.Desc, b bool) {
+		v := 0.0
+		if b {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, rule)
 	}
-	ch <- prometheus.MustNewConstMetric(d.breakerOpen, prometheus.GaugeValue, open, rule)
+	gauge(d.breakerOpen, s.BreakerOpen)
 	counter(d.policy, s.FailOpen, rule, "fail_open")
 	counter(d.policy, s.FailClosed, rule, "fail_closed")
 	counter(d.policy, s.FailLocal, rule, "fail_local")
+	counter(d.evicted, s.EvictedKeys, rule)
+	gauge(d.evictionUnchecked, s.EvictionUnchecked)
+	gauge(d.evictedUnknown, s.EvictedKeysUnknown)
+	counter(d.clockReads, s.ClockReads, rule)
 }
 
 // hybridDescs are the series of a redisstore.HybridStats beyond its Store.
@@ -60,7 +78,7 @@ type hybridDescs struct {
 func newHybridDescs(ns string) hybridDescs {
 	rule := []string{"rule"}
 	return hybridDescs{
-		decisions:      prometheus.NewDesc(ns+"hybrid_decisions_total", "Decisions of a rule's Redis hybrid, by outcome: allowed, denied.", []string{"rule", "outcome"}, nil),
+		decisions:      prometheus.NewDesc(ns+"hybrid_decisions_total", "Decisions of a rule's Redis hybrid, by outcome: allowed, denied, invalid (n <= 0 or above the limit: neither allowed nor denied).", []string{"rule", "outcome"}, nil),
 		misses:         prometheus.NewDesc(ns+"hybrid_misses_total", "Decisions of a rule's Redis hybrid that found no live lease and waited for one.", rule, nil),
 		late:           prometheus.NewDesc(ns+"hybrid_late_total", "Misses of a rule's Redis hybrid whose wait ran past its Timeout (decided by its failure policy).", rule, nil),
 		syncs:          prometheus.NewDesc(ns+"hybrid_syncs_total", "Background batches a rule's Redis hybrid sent.", rule, nil),
@@ -85,6 +103,7 @@ func (d *hybridDescs) collect(ch chan<- prometheus.Metric, rule string, s rediss
 	}
 	counter(d.decisions, s.Allowed, rule, "allowed")
 	counter(d.decisions, s.Denied, rule, "denied")
+	counter(d.decisions, s.Invalid, rule, "invalid")
 	counter(d.misses, s.Misses, rule)
 	counter(d.late, s.Late, rule)
 	counter(d.syncs, s.Syncs, rule)

@@ -102,8 +102,11 @@ type ruleConfig struct {
 	// keeping the rule's counts (engine.Config.MaxLimit): a reload may set
 	// max_requests up to it without starting the rule afresh. Absent:
 	// max_requests for log and gcra, the algorithm's maximum for counter.
-	MaxLimit *int   `yaml:"max_limit"`
-	Key      string `yaml:"key"`
+	MaxLimit *int `yaml:"max_limit"`
+	// Penalty overrides rate_limiting.penalty for this rule. A hybrid
+	// backend cannot count denied requests (they never reach Redis).
+	Penalty *bool  `yaml:"penalty"`
+	Key     string `yaml:"key"`
 	// Backend is memory (the default: this process's engine), redis (every
 	// gateway sharing the Redis server shares the limit; one round trip
 	// per decision) or hybrid (leases of the shared limit, decided in
@@ -149,6 +152,10 @@ type redisFile struct {
 	// or closed.
 	OnFailure string `yaml:"on_failure"`
 	Nodes     int    `yaml:"nodes"`
+	// AllowEviction accepts a server whose maxmemory-policy can evict the
+	// limiter's keys (redisstore.Config.AllowEviction). By default the
+	// gateway refuses one: an evicted key grants its whole limit again.
+	AllowEviction bool `yaml:"allow_eviction"`
 }
 
 // proxyFile is how the gateway talks to its upstream and what it accepts
@@ -295,12 +302,13 @@ type budgetRef struct{ kb *httplimit.KeyBudget }
 func (b *budgetRef) key(r *http.Request) (string, error) { return b.kb.Key(r) }
 
 type redisConfig struct {
-	addr      string
-	db        int
-	prefix    string
-	timeout   time.Duration
-	onFailure redisstore.FailPolicy
-	nodes     int
+	addr          string
+	db            int
+	prefix        string
+	timeout       time.Duration
+	onFailure     redisstore.FailPolicy
+	nodes         int
+	allowEviction bool
 }
 
 type proxyConfig struct {
@@ -559,7 +567,7 @@ func (r *redisFile) config() (*redisConfig, error) {
 	if r == nil {
 		return nil, nil
 	}
-	c := &redisConfig{addr: r.Address, db: r.DB, prefix: r.Prefix, nodes: r.Nodes}
+	c := &redisConfig{addr: r.Address, db: r.DB, prefix: r.Prefix, nodes: r.Nodes, allowEviction: r.AllowEviction}
 	if _, port, err := net.SplitHostPort(r.Address); err != nil || port == "" {
 		return nil, fieldErr(p+".address", "%q is not host:port", r.Address)
 	} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
@@ -818,6 +826,19 @@ func (rl *rateLimiting) fill(c *config) error {
 		if err != nil {
 			return err
 		}
+		if rc.Penalty != nil {
+			ec.Penalty = *rc.Penalty
+		}
+		if ec.Penalty && rc.Backend == "hybrid" {
+			from := ""
+			if rc.Penalty == nil {
+				from = " (from rate_limiting.penalty)"
+			}
+			return fieldErr(f+".penalty", "true%s is not supported by backend: hybrid (its denials are decided in memory and never reach Redis): set penalty: false on this rule, or use backend: redis", from)
+		}
+		if ec.Algorithm == engine.GCRA && rc.Backend == "hybrid" {
+			return fieldErr(f+".backend", "hybrid does not support algorithm: gcra (its leases cannot be returned to a GCRA bucket without exceeding the rate): use backend: redis or memory")
+		}
 		var key httplimit.KeyFunc
 		keyName := defKeyName
 		if rc.Key != "" {
@@ -944,7 +965,7 @@ func (rl *rateLimiting) fill(c *config) error {
 
 // ruleBackend validates a rule's backend fields.
 func ruleBackend(f string, rc ruleConfig, keySpec string, ec engine.Config, redisCfg *redisConfig) (backendSpec, error) {
-	bs := backendSpec{field: f, kind: rc.Backend}
+	bs := backendSpec{field: f, kind: rc.Backend, rule: rc.Name}
 	switch rc.Backend {
 	case "", "memory":
 		bs.kind = "memory"

@@ -88,6 +88,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"burst zero", minimal + "  rules:\n    - name: a\n      algorithm: gcra\n      burst: 0\n", "rate_limiting.rules[0].burst: must be in [1, 1073741823], got 0"},
 		{"max_limit below max_requests", minimal + "  rules:\n    - name: a\n      max_limit: 9\n", "rate_limiting.rules[0].max_limit: must be in [max_requests 10, 1048575] for the counter algorithm, got 9"},
 		{"max_limit above the log's", minimal + "  rules:\n    - name: a\n      algorithm: log\n      max_limit: 70000\n", "rate_limiting.rules[0].max_limit: must be in [max_requests 10, 65535] for the log algorithm, got 70000"},
+		{"penalty on a hybrid rule", minimal + "  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      backend: hybrid\n      penalty: true\n", "rate_limiting.rules[0].penalty: true is not supported by backend: hybrid"},
+		{"global penalty on a hybrid rule", minimal + "  penalty: true\n  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      backend: hybrid\n", "rate_limiting.rules[0].penalty: true (from rate_limiting.penalty) is not supported by backend: hybrid"},
+		{"gcra on a hybrid rule", minimal + "  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      algorithm: gcra\n      backend: hybrid\n", "rate_limiting.rules[0].backend: hybrid does not support algorithm: gcra"},
+		{"allow_eviction not a bool", minimal + "  redis:\n    address: 127.0.0.1:6379\n    allow_eviction: 1\n", "rate_limiting.redis.allow_eviction: must be true or false"},
 		{"gcra limit too big", minimal + "  rules:\n    - name: a\n      algorithm: gcra\n      max_requests: 1073741824\n", "rate_limiting.rules[0].max_requests: 1073741824 exceeds the gcra algorithm's maximum 1073741823"},
 		{"rule key", minimal + "  rules:\n    - name: a\n      key: jwt\n", `rate_limiting.rules[0].key: "jwt" is not one of`},
 		{"rule undefined tier", minimal + "  rules:\n    - name: a\n      tier: gold\n", `rate_limiting.rules[0].tier: "gold" is not defined`},
@@ -200,7 +204,7 @@ rate_limiting:
 	// of 4096 cores. The test gives the rule that shard count.
 	c.opts.Default.Engine.Shards = 1 << 16
 	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return 0 }, g.currentEngines)
+	g.metrics = newMetrics(func() float64 { return 0 }, g)
 	err = g.load(c)
 	if err == nil {
 		g.close()
@@ -306,7 +310,7 @@ func TestConfigErrorsNameTheYAMLPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return 0 }, g.currentEngines)
+	g.metrics = newMetrics(func() float64 { return 0 }, g)
 	if err := g.load(c); err == nil {
 		g.close()
 		t.Skip("1 MB is enough for this machine's shard count")

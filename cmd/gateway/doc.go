@@ -154,7 +154,8 @@
 // Observability: with -pprof, the loopback admin listener serves package
 // pprof's endpoints and Prometheus /metrics (per-rule decisions by
 // outcome, backend errors, decision latency, tracked keys and key-table
-// overflow; upstream errors; reloads; requests in flight; connections
+// overflow; Redis and hybrid rules' store series from promlimit, evictions
+// included; upstream errors; reloads; requests in flight; connections
 // refused and evicted); a reload drops
 // the series of rules it removed. Logs are JSON (log/slog) on stderr,
 // denials sampled, backend failures at most one line per rule per 10 s.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slidelimit/slidelimit/engine"
 	"github.com/slidelimit/slidelimit/httplimit"
+	"github.com/slidelimit/slidelimit/promlimit"
 	"github.com/slidelimit/slidelimit/redisstore"
 )
 
@@ -60,7 +61,9 @@ type generation struct {
 	names     []string    // rule names, for the metrics
 	resources []*resource // backends first, then the Redis clients they use
 	engines   []ruleEngine
-	budget    *resource // the key budget, if any
+	stores    []promlimit.Store  // backend: redis rules, for the metrics
+	hybrids   []promlimit.Hybrid // backend: hybrid rules
+	budget    *resource          // the key budget, if any
 	refs      atomic.Int64
 	denials   atomic.Uint64 // for deny sampling
 }
@@ -174,8 +177,13 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 			return nil, fresh, err
 		}
 		take(r, isNew)
-		if r.eng != nil {
-			gen.engines = append(gen.engines, ruleEngine{Rule: ru.Name, Limiter: r.eng})
+		switch b := r.rl.(type) {
+		case *engine.Limiter:
+			gen.engines = append(gen.engines, ruleEngine{Rule: ru.Name, Limiter: b})
+		case *redisstore.Store:
+			gen.stores = append(gen.stores, promlimit.Store{Rule: ru.Name, Store: b})
+		case *redisstore.Hybrid:
+			gen.hybrids = append(gen.hybrids, promlimit.Hybrid{Rule: ru.Name, Hybrid: b})
 		}
 		ru.Limiter, ru.Limit, ru.Window, ru.Engine = r.rl, ru.Engine.Limit, ru.Engine.Window, engine.Config{}
 	}
@@ -322,17 +330,26 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 	rc := redisstore.Config{
 		Client: cr.client, Algorithm: ec.Algorithm, Limit: ec.Limit, Window: ec.Window, Penalty: ec.Penalty,
 		Prefix: bs.redis.prefix, Timeout: bs.redis.timeout, OnFailure: bs.redis.onFailure, Nodes: bs.redis.nodes,
+		AllowEviction: bs.redis.allowEviction,
 	}
 	if bs.kind == "redis" {
 		s, err := redisstore.New(rc)
 		if err != nil {
 			return nil, false, fmt.Errorf("%s: %w: %w", bs.field, err, errConfig)
 		}
+		if err := s.EvictionCheck(); err != nil {
+			g.log.Warn("could not check the Redis eviction policy; nothing but the operator guards against evicted limiter keys (each grants its whole limit again)",
+				"rule", bs.rule, "field", bs.field, "err", err.Error())
+		}
 		return &resource{fp: bs.fp, rl: s, close: s.Close}, true, nil
 	}
 	h, err := redisstore.NewHybrid(redisstore.HybridConfig{Config: rc, SyncInterval: bs.sync, MaxLease: bs.lease})
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w: %w", bs.field, err, errConfig)
+	}
+	if h.Stats().Store.EvictionUnchecked {
+		g.log.Warn("could not check the Redis eviction policy; nothing but the operator guards against evicted limiter keys (each grants its whole limit again)",
+			"rule", bs.rule, "field", bs.field)
 	}
 	return &resource{fp: bs.fp, rl: h, close: h.Close}, true, nil
 }
@@ -632,4 +649,20 @@ func (gen *generation) holds(name string, l *engine.Limiter) bool {
 		}
 	}
 	return false
+}
+
+// currentStores and currentHybrids list the running configuration's Redis
+// backends, for the metrics.
+func (g *gateway) currentStores() []promlimit.Store {
+	if gen := g.cur.Load(); gen != nil {
+		return gen.stores
+	}
+	return nil
+}
+
+func (g *gateway) currentHybrids() []promlimit.Hybrid {
+	if gen := g.cur.Load(); gen != nil {
+		return gen.hybrids
+	}
+	return nil
 }

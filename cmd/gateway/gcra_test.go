@@ -51,7 +51,7 @@ rate_limiting:
 	c.opts.Rules[0].Engine.Clock = clk
 	u, _ := url.Parse(okUpstream(t).URL)
 	g := newGateway(u, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return 0 }, g.currentEngines)
+	g.metrics = newMetrics(func() float64 { return 0 }, g)
 	if err := g.load(c); err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ rate_limiting:
 		t.Fatal(err)
 	}
 	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	g.metrics = newMetrics(func() float64 { return 0 }, g.currentEngines)
+	g.metrics = newMetrics(func() float64 { return 0 }, g)
 	err = g.load(c)
 	if err == nil {
 		g.close()

@@ -158,7 +158,7 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 	}
 	g = newGateway(u, log, nil)
 	g.server = c.server
-	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g)
 	if err := g.load(c); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("config %s: %w", f.config, err)
 	}

@@ -32,8 +32,17 @@ type metrics struct {
 // ruleEngine is one rule's in-memory limiter.
 type ruleEngine = promlimit.Engine
 
-func newMetrics(inflight func() float64, engines func() []ruleEngine) *metrics {
-	limits, err := promlimit.New(promlimit.Options{Namespace: "slidelimit_gateway", Engines: engines})
+// limiterSource lists the running configuration's backends by kind (the
+// gateway), read at each scrape.
+type limiterSource interface {
+	currentEngines() []ruleEngine
+	currentStores() []promlimit.Store
+	currentHybrids() []promlimit.Hybrid
+}
+
+func newMetrics(inflight func() float64, src limiterSource) *metrics {
+	limits, err := promlimit.New(promlimit.Options{Namespace: "slidelimit_gateway",
+		Engines: src.currentEngines, Stores: src.currentStores, Hybrids: src.currentHybrids})
 	if err != nil {
 		panic(err) // a constant namespace and the default buckets: cannot fail
 	}

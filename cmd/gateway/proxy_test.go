@@ -36,7 +36,7 @@ func newTestGatewayLog(t *testing.T, yamlCfg, upstream string, log *slog.Logger)
 		t.Fatal(err)
 	}
 	g := newGateway(u, log, nil)
-	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g.currentEngines)
+	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g)
 	if err := g.load(c); err != nil {
 		t.Fatal(err)
 	}

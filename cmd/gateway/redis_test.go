@@ -1,8 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/slidelimit/slidelimit/redisstore"
 
 	"github.com/slidelimit/slidelimit/internal/redistest"
 )
@@ -147,5 +155,81 @@ rate_limiting:
 	}
 	if admitted == 0 {
 		t.Fatal("the hybrid rule admitted nothing: the headers were not checked")
+	}
+}
+
+// A Redis whose maxmemory-policy can evict the limiter's keys is refused
+// unless rate_limiting.redis.allow_eviction accepts it.
+func TestRedisThatCanEvictNeedsAllowEviction(t *testing.T) {
+	rs := redistest.StartWith(t, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru")
+	cfg := fmt.Sprintf(`
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 100
+  redis:
+    address: %s
+    timeout_ms: 2000
+  rules:
+    - name: global
+      max_requests: 5
+      backend: redis
+`, rs.Addr())
+	c, err := parseConfig([]byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGateway(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	g.metrics = newMetrics(func() float64 { return 0 }, g)
+	err = g.load(c)
+	if err == nil {
+		g.close()
+		t.Fatal("a server with allkeys-lru was accepted without allow_eviction")
+	}
+	if !errors.Is(err, redisstore.ErrEvictionPolicy) || !strings.HasPrefix(err.Error(), "rate_limiting.rules[0]") {
+		t.Fatalf("error %q, want one naming the rule and wrapping redisstore.ErrEvictionPolicy", err)
+	}
+	_, gw := newTestGateway(t, strings.Replace(cfg, "    timeout_ms: 2000\n", "    timeout_ms: 2000\n    allow_eviction: true\n", 1), okUpstream(t).URL)
+	if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 200 {
+		t.Errorf("with allow_eviction: status %d, want 200", code)
+	}
+}
+
+// A Redis whose eviction policy cannot be read at build (here: nobody
+// listens) is logged once, at build, naming the rule, and /metrics
+// exports the store's eviction series.
+func TestUncheckedEvictionPolicyIsLoggedAtBuild(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := fmt.Sprintf(`
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 100
+  redis:
+    address: %s
+    timeout_ms: 200
+    on_failure: open
+  rules:
+    - name: global
+      max_requests: 5
+      backend: redis
+`, addr)
+	g, _, logs := newLoggingGateway(t, cfg, okUpstream(t).URL)
+	if n := strings.Count(logs.String(), "could not check the Redis eviction policy"); n != 1 || !strings.Contains(logs.String(), `"rule":"global"`) {
+		t.Fatalf("%d eviction-check lines naming the rule, want 1: %s", n, logs)
+	}
+	// /metrics says so too, from the store's Stats.
+	if m := scrape(t, g); !strings.Contains(m, `slidelimit_gateway_redis_eviction_unchecked{rule="global"} 1`) {
+		t.Errorf("/metrics lacks redis_eviction_unchecked 1 for the rule:\n%s", m)
+	}
+	path := filepath.Join(t.TempDir(), "gateway.yaml")
+	reloadTo(t, g, path, cfg) // the same store is kept: not logged again
+	if n := strings.Count(logs.String(), "could not check the Redis eviction policy"); n != 1 {
+		t.Errorf("after a reload keeping the store: %d lines, want 1", n)
 	}
 }
