@@ -2,6 +2,9 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -66,5 +69,61 @@ func TestGCRAPerCallBucketAboveMaxDepthIsCutToIt(t *testing.T) {
 	}
 	if d := l.AllowNWithLimit("fresh", gcraMaxDepth, MaxGCRALimit); !d.Allowed {
 		t.Fatalf("a full cut bucket at once: %+v", d)
+	}
+}
+
+// Under concurrent load with SetLimit changing the limit in force all the
+// while, a per-call key at a frozen clock admits exactly its bucket (20):
+// no admission lost or counted twice across the changes. A key used both
+// with and without a per-call limit at once (its word moved between the
+// clocks under the race) admits at most both buckets.
+func TestGCRAPerCallCountExactUnderConcurrentSetLimit(t *testing.T) {
+	clk := &fakeClock{}
+	clk.t.Store(1e12)
+	l := newLimiter(t, Config{Algorithm: GCRA, Limit: 10, MaxLimit: 100, Window: time.Second, Clock: clk})
+	var admitted, mixed atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; !stop.Load(); i++ {
+			if err := l.SetLimit(1 + i*7%100); err != nil {
+				t.Error(err)
+				return
+			}
+			runtime.Gosched()
+		}
+	}()
+	var workers sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for i := 0; i < 2000; i++ {
+				if l.AllowNWithLimit("pc", 1, 20).Allowed {
+					admitted.Add(1)
+				}
+				var d Decision
+				if i%2 == 0 {
+					d = l.AllowNWithLimit("mixed", 1, 20)
+				} else {
+					d = l.AllowN("mixed", 1)
+				}
+				if d.Allowed {
+					mixed.Add(1)
+				}
+				l.Peek("mixed")
+			}
+		}()
+	}
+	workers.Wait()
+	stop.Store(true)
+	wg.Wait()
+	if n := admitted.Load(); n != 20 {
+		t.Fatalf("per-call key admitted %d at one instant across SetLimit, want its bucket of 20", n)
+	}
+	if n := mixed.Load(); n > 20+100 {
+		t.Fatalf("mixed key admitted %d, more than both buckets", n)
 	}
 }
