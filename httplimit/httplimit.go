@@ -531,6 +531,7 @@ func (m *Middleware) EngineStats() engine.Stats {
 		s.MaxKeys += o.MaxKeys
 		s.Allowed += o.Allowed
 		s.Denied += o.Denied
+		s.Invalid += o.Invalid
 		s.Inserts += o.Inserts
 		s.Reclaimed += o.Reclaimed
 		s.Overflow += o.Overflow

@@ -284,3 +284,16 @@ func TestSetLimitHeadersMatchTheirDecision(t *testing.T) {
 	wg.Wait()
 	bad.Range(func(k, _ any) bool { t.Errorf("torn header: %s", k); return true })
 }
+
+// EngineStats sums the owned limiters' Invalid calls too.
+func TestEngineStatsSumsInvalidCalls(t *testing.T) {
+	m, err := New(Options{Default: &Rule{Name: "d", Engine: logConfig(2, time.Minute, newClock())}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.owned[0].AllowN("k", 3) // above the limit: invalid
+	if got := m.EngineStats().Invalid; got != 1 {
+		t.Errorf("EngineStats().Invalid = %d, want 1", got)
+	}
+}

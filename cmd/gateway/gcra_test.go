@@ -250,3 +250,12 @@ rate_limiting:
 		t.Errorf("error %q does not name rate_limiting.rules[0].burst", err)
 	}
 }
+
+// /debug/limiter's sum includes the engines' Invalid calls.
+func TestEngineStatsSumInvalidCalls(t *testing.T) {
+	g, _ := newTestGateway(t, minimal, okUpstream(t).URL)
+	g.cur.Load().engines[0].Limiter.AllowN("k", 11) // above the limit of 10: invalid
+	if got := (engineStats{g}).Stats().Invalid; got != 1 {
+		t.Errorf("Invalid = %d, want 1", got)
+	}
+}
