@@ -52,3 +52,25 @@ func ExampleNewHybrid() {
 	defer h.Close()
 	fmt.Println(h.Allow("tenant-7"), "bound for 3 nodes:", h.Bound(3))
 }
+
+// GCRA on Redis, the token bucket of redis_rate: 10 requests per second
+// per key with a burst of 20 (a quiet key may send 20 at once, then one
+// every 100 ms). Compiled, not run (needs a server).
+func ExampleNew_gcra() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true, MaxRetries: -1})
+	defer client.Close()
+	limiter, err := redisstore.New(redisstore.Config{
+		Client:    client,
+		Algorithm: engine.GCRA,
+		Limit:     10,
+		Window:    time.Second,
+		Burst:     20,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+	if d := limiter.AllowN("api-key-42", 1); !d.Allowed {
+		fmt.Println("429, retry after", d.RetryAfter) // exact to the ns
+	}
+}

@@ -618,3 +618,35 @@ func TestGaveUpDuringServerFaultCountsTheFault(t *testing.T) {
 		t.Fatalf("stats %+v: the broken connection must count as the server's fault", st)
 	}
 }
+
+// TestGCRAFailLocalGetsItsShareOfTheBurst: with Redis away, each node's
+// FailLocal engine runs GCRA at Limit/Nodes per Window with a bucket of
+// Burst/Nodes: two nodes, Burst 4, so this node admits 2 at once, then
+// denies with the local engine's RetryAfter, and reports Burst/Nodes as
+// its Limit.
+func TestGCRAFailLocalGetsItsShareOfTheBurst(t *testing.T) {
+	quietClientLog(t)
+	c := redis.NewClient(testClientOptions("127.0.0.1:1")) // nothing listens
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := New(Config{Client: c, Algorithm: engine.GCRA, Limit: 10, Burst: 4, Window: time.Second,
+		Nodes: 2, OnFailure: FailLocal, BreakerThreshold: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	for i, want := range []bool{true, true, false} {
+		d, err := s.AllowNContext(context.Background(), "k", 1)
+		if !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("call %d: err %v, want ErrUnavailable", i, err)
+		}
+		if d.Allowed != want || d.Limit != 2 {
+			t.Fatalf("call %d: %+v, want allowed %v with Limit 2 (the node's share of Burst 4)", i, d, want)
+		}
+		if !want && (d.RetryAfter <= 0 || d.RetryAfter > time.Second) {
+			t.Fatalf("call %d: RetryAfter %v, want the local engine's, within (0, 1s]", i, d.RetryAfter)
+		}
+	}
+	if st := s.Stats(); st.FailLocal != 3 {
+		t.Fatalf("stats %+v, want 3 FailLocal decisions", st)
+	}
+}
