@@ -155,8 +155,9 @@ func buildGCRA(l *Limiter) error {
 	}
 	a.rate.Store(a.newRate(c.Limit, burst, follows, 0, 0, 0))
 	a.deepen(a.rate.Load().rule.Depth)
-	// GCRA's times are 62-bit ns and never wrap: no guard sweep is needed
-	// (a span no clock reaches). Callers' times get the counter's lead.
+	// GCRA's times are 60-bit ns and never wrap (past gcraMaxTime, 18
+	// years, they stop: see describe): no guard sweep is needed. Callers'
+	// times get the counter's lead.
 	l.setBounds(math.MaxInt64, satMul(atomiccounter.LateWindows/4, l.window))
 	f, err := l.newFlat(gcra.Free, gcra.Moved, a.idle)
 	if err != nil {
