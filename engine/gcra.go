@@ -364,11 +364,16 @@ func (a *gcraAlgo) convert(s *shard.FlatShard, rec *shard.Record, h uint64, alt 
 	if !gcra.Live(w) || rec.Hash.Load() != h || gcra.Alt(w) == alt {
 		return // freed, moved or converted meanwhile: the caller looks again
 	}
-	rec.State.CompareAndSwap(w, r.convert(w))
+	rec.State.CompareAndSwap(w, r.convert(w, a.bound()))
 }
 
-// convert is word w moved to the other clock (see gcraAlgo.convert).
-func (r *gcraRate) convert(w uint64) uint64 {
+// convert is word w moved to the other clock (see gcraAlgo.convert); b is
+// the Reset bound (gcraAlgo.bound) now. A Reset key's word moved from u to
+// real time is dated b before the real time at which u passes its time
+// plus b, so that, like the word it replaces, it is idle only once every
+// word its key had before the Reset is (u may run slower than real time:
+// b ns of real time can be less than b of u).
+func (r *gcraRate) convert(w uint64, b int64) uint64 {
 	if gcra.Alt(w) {
 		return gcra.Convert(w, func(t int64) int64 {
 			if t <= 0 {
@@ -376,6 +381,9 @@ func (r *gcraRate) convert(w uint64) uint64 {
 			}
 			return r.u(t-1) + 1
 		})
+	}
+	if gcra.WasReset(w) {
+		return gcra.Convert(w, func(t int64) int64 { return min(max(0, r.real(t+b)-b), gcraMaxTime) })
 	}
 	return gcra.Convert(w, func(t int64) int64 { return min(r.real(t), gcraMaxTime) })
 }
@@ -473,7 +481,7 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 		if gcra.Alt(w) {
 			// On the real clock (per-call limits): judged as AllowN would
 			// judge it, on u after the same conversion.
-			w = r.convert(w)
+			w = r.convert(w, a.bound())
 		}
 		st, snap := gcra.Peek(w, u, r.rule)
 		d := Decision{Allowed: st == gcra.Allowed, Limit: r.burst}

@@ -21,6 +21,7 @@ type gcraModel struct {
 	num, den     int64 // the speed of u
 	keys         map[string]*gcraKey
 	token        int64
+	deepest      int64 // the deepest bucket any rule has had (the Reset bound)
 }
 
 type gcraKey struct {
@@ -37,7 +38,19 @@ func newGCRAModel(limit, burst, maxLimit int, window time.Duration, penalty bool
 	}
 	m.token = (m.window + m.max - 1) / m.max
 	m.num, m.den = m.speed()
+	m.deepest = int64(m.burst) * m.token
 	return m
+}
+
+// bound is how long after its time a Reset key's word is idle: the
+// callers' lead (one Window) plus the deepest bucket (two in Penalty
+// mode) plus 2 ns.
+func (m *gcraModel) bound() int64 {
+	d := m.deepest
+	if m.penalty {
+		d *= 2
+	}
+	return m.window + d + 2
 }
 
 // speed is the speed of u per real ns: 1 at MaxLimit, else limit/MaxLimit
@@ -93,6 +106,7 @@ func (m *gcraModel) setLimit(limit int, now int64) {
 	if m.follows {
 		m.burst = limit
 	}
+	m.deepest = max(m.deepest, int64(m.burst)*m.token)
 	if limit == m.limit {
 		return
 	}
@@ -104,6 +118,7 @@ func (m *gcraModel) setLimit(limit int, now int64) {
 
 func (m *gcraModel) setBurst(burst int, now int64) {
 	m.burst, m.follows = burst, false
+	m.deepest = max(m.deepest, int64(m.burst)*m.token)
 }
 
 // rule returns the cost and depth of a call with limit (0: the limit in
@@ -141,6 +156,11 @@ func (m *gcraModel) converted(k gcraKey) gcraKey {
 		if k.at > 0 {
 			k.at = m.u(k.at-1) + 1
 		}
+	} else if k.hist {
+		// A Reset key's word: dated the bound before the real time at
+		// which u passes its time plus the bound.
+		b := m.bound()
+		k.at = max(0, m.realAt(k.at+b)-b)
 	} else {
 		k.at = m.realAt(k.at)
 	}
@@ -152,6 +172,9 @@ func (m *gcraModel) converted(k gcraKey) gcraKey {
 // (a new key counts at the later of t and the clock).
 func (m *gcraModel) allow(key string, n, limit int, t, clock int64) Decision {
 	tok, depth, burst, alt := m.rule(limit)
+	if limit > 0 {
+		m.deepest = max(m.deepest, depth)
+	}
 	if limit < 0 || n <= 0 || n > burst {
 		return Decision{Limit: burst, RetryAfter: Never}
 	}
