@@ -65,9 +65,9 @@ func newPolicy(name string, s shape) *policy {
 
 // refillSeconds is the time a GCRA bucket of burst takes to refill at
 // limit per window, burst x window / limit, rounded up to seconds: the
-// draft-11 w of a token bucket (in any w, at most q requests pass from
-// a full bucket... plus what refills; q=burst is what a client can send
-// at once). Computed in 128 bits: burst x window overflows int64.
+// draft-11 w of a token bucket, whose quota q (the bucket) is what a
+// client can send at once and what comes back within w of its last
+// request. Computed in 128 bits: burst x window overflows int64.
 func refillSeconds(burst int, window time.Duration, limit int) int64 {
 	if burst <= 0 || window <= 0 || limit <= 0 {
 		return 0
@@ -98,8 +98,10 @@ func (lv *live) current(d *engine.Decision) *policy {
 	return p
 }
 
-// SetLimit changes the limit of the rule named rule (and of every rule
-// sharing its *engine.Limiter) on a running Middleware, through
+// SetLimit changes the limit of the rule named rule (and of every rule of
+// this Middleware sharing its *engine.Limiter; another Middleware sharing
+// it decides under the new limit but advertises its old q until its own
+// SetLimit) on a running Middleware, through
 // engine.Limiter.SetLimit: every key keeps its counts (a client that used
 // 4 of 5 has 6 more of 10, not 10), and the RateLimit-Policy the rules
 // advertise follows (for GCRA with the default Burst the bucket follows

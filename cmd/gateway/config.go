@@ -980,6 +980,11 @@ func ruleBackend(f string, rc ruleConfig, keySpec string, ec engine.Config, redi
 	if redisCfg == nil {
 		return bs, fieldErr(f+".backend", "%s needs rate_limiting.redis.address", rc.Backend)
 	}
+	if rc.MaxLimit != nil {
+		// Only an in-memory limiter changes its numbers while serving; a
+		// Redis rule's counts live in Redis and outlast its rebuild.
+		return bs, fieldErr(f+".max_limit", "is for backend: memory (a %s rule is rebuilt on reload, its counts stay in Redis)", rc.Backend)
+	}
 	if ec.Window%time.Microsecond != 0 {
 		return bs, fieldErr(f+".window_size_ms", "must be a whole number of microseconds for Redis")
 	}
@@ -1001,8 +1006,8 @@ func ruleBackend(f string, rc ruleConfig, keySpec string, ec engine.Config, redi
 		}
 		bs.lease = rc.MaxLease
 	}
-	bs.fp = fmt.Sprintf("%s name=%q %s alg=%v limit=%d window=%v penalty=%v redis=%+v sync=%v lease=%d",
-		bs.kind, rc.Name, keySpec, ec.Algorithm, ec.Limit, ec.Window, ec.Penalty, *redisCfg, bs.sync, bs.lease)
+	bs.fp = fmt.Sprintf("%s name=%q %s alg=%v limit=%d burst=%d window=%v penalty=%v redis=%+v sync=%v lease=%d",
+		bs.kind, rc.Name, keySpec, ec.Algorithm, ec.Limit, ec.Burst, ec.Window, ec.Penalty, *redisCfg, bs.sync, bs.lease)
 	return bs, nil
 }
 

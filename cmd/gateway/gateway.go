@@ -328,7 +328,7 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 	}
 	take(cr, isNewClient)
 	rc := redisstore.Config{
-		Client: cr.client, Algorithm: ec.Algorithm, Limit: ec.Limit, Window: ec.Window, Penalty: ec.Penalty,
+		Client: cr.client, Algorithm: ec.Algorithm, Limit: ec.Limit, Burst: ec.Burst, Window: ec.Window, Penalty: ec.Penalty,
 		Prefix: bs.redis.prefix, Timeout: bs.redis.timeout, OnFailure: bs.redis.onFailure, Nodes: bs.redis.nodes,
 		AllowEviction: bs.redis.allowEviction,
 	}

@@ -233,3 +233,38 @@ rate_limiting:
 		t.Errorf("after a reload keeping the store: %d lines, want 1", n)
 	}
 }
+
+// A gcra rule on Redis takes its burst through: the bucket passes at
+// once and RateLimit-Policy advertises it and its refill time.
+func TestGCRARedisRuleTakesItsBurst(t *testing.T) {
+	rs := redistest.Start(t)
+	cfg := fmt.Sprintf(`
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 100
+  redis:
+    address: %s
+    timeout_ms: 2000
+    on_failure: closed
+  rules:
+    - name: bucket
+      algorithm: gcra
+      max_requests: 2
+      burst: 4
+      backend: redis
+`, rs.Addr())
+	_, gw := newTestGateway(t, cfg, okUpstream(t).URL)
+	for i := 0; i < 4; i++ {
+		res := do(t, "GET", gw.URL+"/", nil)
+		if res.StatusCode != 200 {
+			t.Fatalf("request %d of a bucket of 4: %d", i, res.StatusCode)
+		}
+		if got := res.Header.Get("RateLimit-Policy"); got != `"bucket";q=4;w=120` {
+			t.Errorf("RateLimit-Policy %q, want q=4;w=120", got)
+		}
+	}
+	if code := do(t, "GET", gw.URL+"/", nil).StatusCode; code != 429 {
+		t.Errorf("fifth request: %d, want 429", code)
+	}
+}
