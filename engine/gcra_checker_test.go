@@ -217,7 +217,14 @@ func checkGCRAKey(k int, ops []gcraOp, tok, depth int64, penalty bool) []string 
 				fail("word %d written (ended %d) before the word it replaced was (started %d)", w, wEnd[wi], wStart[wi-1])
 			}
 		}
-		if rem := max(0, (depth-(w-wr.rel))/tok); int64(wr.d.Remaining) != rem {
+		rem := max(0, (depth-(w-wr.rel))/tok)
+		if wi == 0 {
+			// The creation counts at the later of its time and the clock
+			// (a late time's key is dated at the clock), on a full bucket:
+			// what remains is the bucket less its n.
+			rem = depth/tok - int64(wr.n)
+		}
+		if int64(wr.d.Remaining) != rem {
 			fail("writer of word %d (%+v, time %d, n %d, candidates %d): Remaining %d, reference %d", w, wr.d, wr.rel, wr.n, len(byWord[w]), wr.d.Remaining, rem)
 		}
 		// Every other op of the group saw the word and wrote nothing.
