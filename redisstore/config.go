@@ -195,8 +195,12 @@ func (c Config) normalize() (Config, error) {
 	if c.Window > engine.MaxWindow {
 		return c, invalid("Config.Window %v exceeds engine.MaxWindow %v", c.Window, engine.MaxWindow)
 	}
-	if c.Algorithm == engine.GCRA && int64(c.Window) < int64(c.Limit) {
-		return c, invalid("Config.Window %v is shorter than Limit %d ns: GCRA's emission interval Window/Limit must be at least 1 ns", c.Window, c.Limit)
+	if c.Algorithm == engine.GCRA && int64(c.Window) < gcraMinToken*int64(c.Limit) {
+		// The engine's rule (its FailLocal engine must build): a request
+		// costs Window/Limit ns, at least gcraMinToken, so that rounding
+		// costs under 1 % of the rate.
+		return c, invalid("Config.Window %v is too short for Limit %d: GCRA's emission interval Window/Limit must be at least %d ns (Limit at most %d, or a longer Window)",
+			c.Window, c.Limit, gcraMinToken, int64(c.Window)/gcraMinToken)
 	}
 	if c.Algorithm == engine.GCRA {
 		// The script computes in ns relative to now, in Lua doubles: exact
@@ -259,6 +263,10 @@ func (c Config) localBurst() int {
 	}
 	return max(1, c.Burst/c.Nodes)
 }
+
+// gcraMinToken is the engine's shortest GCRA emission interval, in ns
+// (engine.New refuses a Window/MaxLimit below it).
+const gcraMinToken = 200
 
 // maxGCRADepth is the deepest GCRA bucket (Burst x Window/Limit, in ns)
 // the script computes exactly: two of them (a penalty's reach) plus a

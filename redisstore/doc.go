@@ -17,8 +17,7 @@
 // default Limit), as engine.GCRA: exact to the nanosecond (RetryAfter and
 // ResetAfter too), with the same Penalty (a denial pushes the TAT on, to at
 // most two buckets ahead). A GCRA Reset deletes the key: it then decides as
-// a key never seen (the engine's Reset counts the refill from the key's old
-// TAT when that is ahead). A request of n > Burst is denied with
+// a key never seen, as the engine's. A request of n > Burst is denied with
 // RetryAfter engine.Never and counted in Stats.Invalid, as in the engine.
 //
 // # Atomicity and time
@@ -26,7 +25,7 @@
 // Each decision is one Lua script on one Redis key (EVALSHA, EVAL on
 // NOSCRIPT): one round trip (two when the server's clock must be read
 // first, see Deadlines), atomic on the server, so concurrent callers on
-// any number of nodes admit exactly Limit. The scripts read the server's
+// any number of nodes admit exactly Limit (GCRA: Burst at one instant). The scripts read the server's
 // TIME, never the caller's clock, so nodes with skewed clocks agree.
 // Requires Redis >= 5 or Valkey (scripts replicated by their effects). Every
 // key has a TTL of about the window (two for the counter; for GCRA the time
@@ -206,7 +205,8 @@
 // state, which a count allows and a GCRA bucket does not (once the bucket
 // has refilled past the lease, taking its tokens off the TAT would give
 // back capacity the key never had: more than the rate; keeping them would
-// waste up to a bucket per node per sync). NewHybrid rejects GCRA with an
+// waste every unspent lease, each sync, and still count a lease's tokens
+// at the time it was taken rather than spent). NewHybrid rejects GCRA with an
 // error naming Algorithm; use a Store. After Close it takes no
 // lease: each decision is one exact round trip, as a Store's.
 package redisstore

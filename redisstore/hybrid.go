@@ -230,8 +230,8 @@ func NewHybrid(cfg HybridConfig) (*Hybrid, error) {
 		// max(TAT, now) + n x T: once the bucket has refilled past the
 		// lease (TAT <= now), the lease's tokens are no longer in the TAT,
 		// and taking n x T off it would give back capacity the key never
-		// had: more than the rate. Not returning them would waste up to a
-		// bucket per node per sync. Neither bound is the one a Hybrid
+		// had: more than the rate. Not returning them would waste every
+		// unspent lease, each sync. Neither bound is the one a Hybrid
 		// promises, so GCRA is refused here: use a Store.
 		return nil, invalid("HybridConfig.Algorithm GCRA is not supported by a Hybrid (its leases cannot be returned to a GCRA bucket without exceeding the rate); use a Store")
 	}

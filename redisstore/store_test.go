@@ -226,13 +226,9 @@ func testDifferential(t *testing.T, client redis.UniversalClient) {
 					var got, want engine.Decision
 					op := "allow"
 					switch r := rng.IntN(20); {
-					case r == 1 && alg != engine.GCRA:
+					case r == 1:
 						// A reset key behaves as a fresh one: the next
-						// decisions must agree again. (Not GCRA: the
-						// engine's Reset marks the bucket full at the
-						// key's TAT, where its word must not go back, so
-						// its refill counts from there; Redis deletes the
-						// key, a fresh bucket now: TestGCRAResetIsFresh.)
+						// decisions must agree again.
 						op = "reset"
 						if err := s.ResetContext(context.Background(), key); err != nil {
 							t.Fatalf("step %d reset: %v", i, err)
@@ -406,7 +402,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		"Burst GCRA max":   func(c *Config) { c.Algorithm, c.Burst = engine.GCRA, engine.MaxGCRALimit+1 },
 		"Burst GCRA depth": func(c *Config) { c.Algorithm, c.Window, c.Burst = engine.GCRA, engine.MaxWindow, 1000 },
 		"Limit GCRA":       func(c *Config) { c.Algorithm, c.Limit = engine.GCRA, engine.MaxGCRALimit+1 },
-		"Window GCRA":      func(c *Config) { c.Algorithm, c.Limit, c.Window = engine.GCRA, 2000, time.Microsecond },
+		"Window GCRA":      func(c *Config) { c.Algorithm, c.Limit, c.Window = engine.GCRA, 6, time.Microsecond },
 	}
 	for name, mutate := range cases {
 		cfg := ok
@@ -529,5 +525,38 @@ func TestGCRARequestAboveBurstIsInvalid(t *testing.T) {
 	}
 	if d := s.AllowN("k", 5); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("AllowN(5) on a fresh key with Burst 5: %+v, want admitted with Remaining 0", d)
+	}
+}
+
+// TestAcceptedConfigsBuildTheEngine: a Config the Store accepts at the edge
+// of its rules also builds the in-memory engine (the FailLocal engine, and
+// the same limiter in memory), so the Store's rules do not drift from the
+// engine's.
+func TestAcceptedConfigsBuildTheEngine(t *testing.T) {
+	c := redis.NewClient(testClientOptions("127.0.0.1:1"))
+	defer c.Close()
+	edges := []Config{
+		{Algorithm: engine.SlidingLog, Limit: engine.MaxLogLimit, Window: time.Microsecond},
+		{Algorithm: engine.SlidingCounter, Limit: engine.MaxCounterLimit, Window: engine.MaxWindow},
+		{Algorithm: engine.GCRA, Limit: 5, Window: time.Microsecond},                // 200 ns a request
+		{Algorithm: engine.GCRA, Limit: 1, Burst: 1 << 20, Window: 2 * time.Second}, // a bucket of 2^21 s: deepest the script takes is 2^51 ns
+		{Algorithm: engine.GCRA, Limit: engine.MaxGCRALimit, Burst: 1, Window: 215 * time.Second},
+		{Algorithm: engine.GCRA, Limit: 1000, Burst: engine.MaxGCRALimit, Window: time.Second, Penalty: true},
+	}
+	for _, cfg := range edges {
+		cfg.Client = c
+		s, err := New(cfg)
+		if err != nil {
+			t.Errorf("%v Limit %d Burst %d Window %v: a valid edge refused by the Store: %v", cfg.Algorithm, cfg.Limit, cfg.Burst, cfg.Window, err)
+			continue
+		}
+		got := s.Config()
+		lim, err := engine.New(engine.Config{Algorithm: got.Algorithm, Limit: got.Limit, Burst: got.Burst, Window: got.Window, Penalty: got.Penalty})
+		if err != nil {
+			t.Errorf("%v Limit %d Burst %d Window %v: the Store accepts it, the engine refuses it: %v", cfg.Algorithm, cfg.Limit, cfg.Burst, cfg.Window, err)
+			continue
+		}
+		_ = lim.Close()
+		_ = s.Close()
 	}
 }
