@@ -355,7 +355,10 @@ func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, c gcraCall, rel int64, d
 // is idle no earlier than before (gcra.Convert): from u to real, the first
 // real time u reaches it; from real to u, one tick past u of the ns before
 // it (u advances at most one tick per ns). The debt in requests is the
-// new rule's: each limit counts in its own rate.
+// new rule's: each limit counts in its own rate. So a key used both ways
+// keeps its debt as time across a switch, and in requests of the limit in
+// force across a SetLimit while on u: a SetLimit between two switches
+// can shorten or lengthen its debt in time (keys should use one way).
 func (a *gcraAlgo) convert(s *shard.FlatShard, rec *shard.Record, h uint64, alt bool) {
 	s.Lock()
 	defer s.Unlock()

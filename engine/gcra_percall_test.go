@@ -74,19 +74,20 @@ func TestGCRAPerCallBucketAboveMaxDepthIsCutToIt(t *testing.T) {
 
 // Under concurrent load with SetLimit changing the limit in force all the
 // while, a per-call key at a frozen clock admits exactly its bucket (20):
-// no admission lost or counted twice across the changes. A key used both
-// with and without a per-call limit at once (its word moved between the
-// clocks under the race) admits at most both buckets.
+// no admission lost or counted twice across the changes. Then, at a fixed
+// limit, a key used both with and without a per-call limit at once (its
+// word moved between the clocks under the race) admits at most both
+// buckets (each conversion keeps the key's debt as time, rounded up).
 func TestGCRAPerCallCountExactUnderConcurrentSetLimit(t *testing.T) {
 	clk := &fakeClock{}
 	clk.t.Store(1e12)
 	l := newLimiter(t, Config{Algorithm: GCRA, Limit: 10, MaxLimit: 100, Window: time.Second, Clock: clk})
 	var admitted, mixed atomic.Int64
 	var stop atomic.Bool
-	var wg sync.WaitGroup
-	wg.Add(1)
+	var setter sync.WaitGroup
+	setter.Add(1)
 	go func() {
-		defer wg.Done()
+		defer setter.Done()
 		for i := 0; !stop.Load(); i++ {
 			if err := l.SetLimit(1 + i*7%100); err != nil {
 				t.Error(err)
@@ -95,35 +96,45 @@ func TestGCRAPerCallCountExactUnderConcurrentSetLimit(t *testing.T) {
 			runtime.Gosched()
 		}
 	}()
-	var workers sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		workers.Add(1)
-		go func() {
-			defer workers.Done()
-			for i := 0; i < 2000; i++ {
-				if l.AllowNWithLimit("pc", 1, 20).Allowed {
-					admitted.Add(1)
+	hammer := func(f func(i int)) {
+		var workers sync.WaitGroup
+		for w := 0; w < 4; w++ {
+			workers.Add(1)
+			go func() {
+				defer workers.Done()
+				for i := 0; i < 2000; i++ {
+					f(i)
 				}
-				var d Decision
-				if i%2 == 0 {
-					d = l.AllowNWithLimit("mixed", 1, 20)
-				} else {
-					d = l.AllowN("mixed", 1)
-				}
-				if d.Allowed {
-					mixed.Add(1)
-				}
-				l.Peek("mixed")
-			}
-		}()
+			}()
+		}
+		workers.Wait()
 	}
-	workers.Wait()
+	hammer(func(int) {
+		if l.AllowNWithLimit("pc", 1, 20).Allowed {
+			admitted.Add(1)
+		}
+	})
 	stop.Store(true)
-	wg.Wait()
+	setter.Wait()
 	if n := admitted.Load(); n != 20 {
 		t.Fatalf("per-call key admitted %d at one instant across SetLimit, want its bucket of 20", n)
 	}
+	if err := l.SetLimit(100); err != nil {
+		t.Fatal(err)
+	}
+	hammer(func(i int) {
+		var d Decision
+		if i%2 == 0 {
+			d = l.AllowNWithLimit("mixed", 1, 20)
+		} else {
+			d = l.AllowN("mixed", 1)
+		}
+		if d.Allowed {
+			mixed.Add(1)
+		}
+		l.Peek("mixed")
+	})
 	if n := mixed.Load(); n > 20+100 {
-		t.Fatalf("mixed key admitted %d, more than both buckets", n)
+		t.Fatalf("mixed key admitted %d at one instant, more than both buckets", n)
 	}
 }
