@@ -153,23 +153,45 @@ func TestClusterSkewedMasterLendsNoOffset(t *testing.T) {
 func TestClockStepBackFreesKeyWithinWindow(t *testing.T) {
 	const window = time.Second
 	srv, clk := redistest.StartSkewed(t, 0)
+	type tc struct {
+		alg     engine.Algorithm
+		penalty bool
+	}
+	var cases []tc
 	for _, alg := range algorithms {
-		t.Run(alg.String(), func(t *testing.T) {
+		cases = append(cases, tc{alg, false})
+	}
+	// GCRA's penalty keeps a TAT up to two buckets ahead: the cap after a
+	// step back is that, not one bucket (a penalty is not forgiven).
+	cases = append(cases, tc{engine.GCRA, true})
+	for _, c := range cases {
+		alg := c.alg
+		t.Run(alg.String()+map[bool]string{false: "", true: "/penalty"}[c.penalty], func(t *testing.T) {
 			if err := clk.Set(0); err != nil {
 				t.Fatal(err)
 			}
-			s := newStore(t, Config{Client: newClient(t, srv.Addr()), Algorithm: alg, Limit: 2, Window: window, Prefix: "step:" + alg.String() + ":"})
+			s := newStore(t, Config{Client: newClient(t, srv.Addr()), Algorithm: alg, Limit: 2, Window: window, Penalty: c.penalty,
+				Prefix: "step:" + alg.String() + map[bool]string{false: ":", true: ":p:"}[c.penalty]})
 			ctx := context.Background()
 			for range 2 {
 				if d, err := s.AllowNContext(ctx, "k", 1); err != nil || !d.Allowed {
 					t.Fatalf("before the step: %+v, %v", d, err)
 				}
 			}
+			if c.penalty {
+				// Hammering, denied: the penalty pushes the TAT to two
+				// buckets ahead.
+				for range 3 {
+					if d, err := s.AllowNContext(ctx, "k", 1); err != nil || d.Allowed {
+						t.Fatalf("hammering before the step: %+v, %v", d, err)
+					}
+				}
+			}
 			if err := clk.Set(-10 * time.Minute); err != nil {
 				t.Fatal(err)
 			}
 			memory := window // GCRA: its bucket, Burst x Window/Limit, here a Window
-			if alg == engine.SlidingCounter {
+			if alg == engine.SlidingCounter || c.penalty {
 				memory = 2 * window
 			}
 			// Each wait is the RetryAfter Redis gave (at most memory); a
@@ -181,6 +203,12 @@ func TestClockStepBackFreesKeyWithinWindow(t *testing.T) {
 				}
 				if d.Allowed {
 					break
+				}
+				if c.penalty && try == 0 && d.RetryAfter <= window {
+					// Two buckets ahead, less the time since: a second
+					// bucket of penalty still to serve (1.5 s here, minus
+					// the few ms the calls took), not forgiven by the cap.
+					t.Fatalf("penalised key after the step: RetryAfter %v, want above %v (the penalty kept)", d.RetryAfter, window)
 				}
 				if d.RetryAfter <= 0 || d.RetryAfter > memory+time.Microsecond {
 					t.Fatalf("denied after the step with RetryAfter %v, want within (0, %v]", d.RetryAfter, memory)
