@@ -32,8 +32,8 @@ const (
 // DefaultAlgorithm is what a zero Config.Algorithm means: SlidingCounter,
 // whose memory per key is constant (18-26 bytes) whatever Limit is, and
 // which decides a hot key fastest. Its decisions follow the weighted
-// formula (see the package doc), within 2 x Limit - 1 of the exact count
-// in the worst case; choose SlidingLog where every decision must be exact
+// formula (see the package doc): in the worst case about 2 x Limit - 1
+// admitted in one trailing Window, Limit - 1 over the exact log; choose SlidingLog where every decision must be exact
 // (its memory per key grows with Limit: 4 bytes per unit), GCRA for a
 // rate with a burst of its own.
 const DefaultAlgorithm = SlidingCounter
@@ -66,7 +66,9 @@ const (
 	MaxCounterLimit = 1<<20 - 1
 	// MaxGCRALimit is the largest Limit (and Burst, and per-call limit)
 	// GCRA takes. Its emission interval is Window/MaxLimit rounded up to a
-	// nanosecond, so New also wants Window >= MaxLimit ns.
+	// nanosecond, so New wants Window/MaxLimit to be at least 200 ns
+	// (Window >= 200 x MaxLimit ns), where rounding costs under 1 % of the
+	// rate: with a 1 s Window, MaxLimit is at most 5,000,000.
 	MaxGCRALimit = 1<<30 - 1
 )
 
@@ -77,7 +79,7 @@ const MaxWindow = 366 * 24 * time.Hour
 
 // Defaults applied by New where a Config field is zero.
 const (
-	DefaultMaxMemory     = 256 << 20 // bytes of key state, the seed's memory_limit_mb
+	DefaultMaxMemory     = 256 << 20 // bytes of key state
 	DefaultSweepInterval = 10 * time.Second
 )
 

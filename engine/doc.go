@@ -57,9 +57,13 @@
 // any interval of length D at most b + D/T are admitted. RetryAfter and
 // ResetAfter (until the bucket is full) are exact to the nanosecond, and
 // Decision.Limit is the bucket b (the most one call can be admitted). T
-// is Window/MaxLimit rounded up to a nanosecond and scaled (see SetLimit),
-// so the rate is never exceeded and is short of it by less than MaxLimit
-// parts in Window ns.
+// is Window/MaxLimit rounded up to a nanosecond of a virtual clock that
+// runs at Limit/MaxLimit of real time (see SetLimit), slowed below
+// MaxLimit by 1/min(T, 2^20) so that reading it rounded down never admits
+// early: the rate is never exceeded and is short of it by under 1 % (New
+// rejects a MaxLimit above Window/200 ns). Per-call limits run on the real
+// clock at Window/limit rounded up, so SetLimit does not change their
+// counts.
 //
 // AllowN admits n requests all or none. n <= 0 or n > Limit (GCRA: n >
 // Burst) can never be admitted: it is denied with RetryAfter Never,
@@ -237,8 +241,10 @@
 // ran, and a key whose newest time is ahead of the sweep's is never idle.
 //
 // The bound on wrap: times are packed as 32-bit ticks (SlidingLog) and
-// 24-bit window numbers (SlidingCounter), so they wrap (GCRA's are 62-bit
-// nanoseconds, 146 years, and never wrap: nothing below applies to it) (2^32 ticks is 71.6
+// 24-bit window numbers (SlidingCounter), so they wrap (GCRA's are 60-bit
+// nanoseconds and never wrap: they stop 2^59 ns, about 18 years, after the
+// epoch, where a drained key is denied with RetryAfter Never; nothing
+// below applies to it) (2^32 ticks is 71.6
 // min at 1 µs). The Limiter handles it rather than forbidding it: besides
 // the timed sweep, the first decision after the clock passes 2^30 ticks
 // (SlidingLog) or 2^22 windows (SlidingCounter) beyond the last sweep

@@ -423,8 +423,12 @@ func (l *Limiter) AllowN(key string, n int) Decision {
 // the same whatever limit a call passes: SlidingLog admits iff fewer than
 // limit-n+1 recorded requests lie in the window, SlidingCounter iff the
 // estimate plus n is at most limit, GCRA at a rate of limit per Window
-// with a bucket of limit x Burst/Limit (at least 1; limit with the default
-// Burst), on the key's one arrival time. The Window is Config.Window.
+// (Window/limit rounded up to a ns, on the real clock: SetLimit does not
+// change a per-call key's count) with a bucket of limit x Burst/Limit (at
+// least 1; limit with the default Burst; at most GCRA's deepest bucket,
+// which Decision.Limit then reports), on the key's one arrival time. A
+// GCRA key used both with and without a per-call limit keeps its debt as
+// time when it switches: use one way per key. The Window is Config.Window.
 //
 // limit must be in [1, Config.MaxLimit] for SlidingLog (its ring holds the
 // last MaxLimit requests: configure MaxLimit as the largest tier's), in
@@ -532,8 +536,12 @@ func (l *Limiter) overflow(h uint64, n, limit int) Decision {
 // a seventh of two Windows), and until then it counts against the key
 // bound. A key's newest time is at most one Window ahead of the clock, so
 // either is free for reuse at most about two Windows after the Reset.
-// GCRA marks the key's bucket full in place, at the later of now and its
-// TAT (its word never goes back), and the key is idle from then on.
+// GCRA forgets the key's debt in place: its bucket is full from the Reset
+// on (Burst at once, then one per Window/Limit, like a new key). So that
+// a request paused before its CAS cannot write into a later key's state,
+// a Reset key is idle only a bound after its TAT: one Window plus the
+// deepest bucket any rule has had (two in Penalty mode): two Windows with
+// the defaults.
 // SlidingCounter and GCRA remember the last three keys Reset in each shard,
 // and a new key that finds the bound reached takes their slots as soon as
 // they are idle, wherever lazy reuse's sample is; a shard with more Resets

@@ -38,7 +38,9 @@ func errNoBurst(a Algorithm) error {
 //     that had taken 4 of its bucket of 5 still has taken 4 of it after
 //     SetLimit(10) (with the default Burst the bucket follows the limit:
 //     6 more now). A key further in debt than a smaller bucket holds waits
-//     until it has paid down to it, at the new rate.
+//     until it has paid down to it, at the new rate. Below MaxLimit the
+//     virtual clock runs slower by under 0.5 % (see Config.MaxLimit).
+//     Per-call limits run on the real clock and keep their counts.
 //
 // A value out of range is refused with an error wrapping ErrInvalidLimit
 // that names the parameter and MaxLimit; the limit in force is unchanged.
