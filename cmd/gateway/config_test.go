@@ -93,6 +93,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"gcra on a hybrid rule", minimal + "  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      algorithm: gcra\n      backend: hybrid\n", "rate_limiting.rules[0].backend: hybrid does not support algorithm: gcra"},
 		{"allow_eviction not a bool", minimal + "  redis:\n    address: 127.0.0.1:6379\n    allow_eviction: 1\n", "rate_limiting.redis.allow_eviction: must be true or false"},
 		{"max_limit on a redis rule", minimal + "  redis:\n    address: 127.0.0.1:6379\n  rules:\n    - name: a\n      backend: redis\n      max_limit: 20\n", "rate_limiting.rules[0].max_limit: is for backend: memory"},
+		{"gcra interval under 200 ns", minimal + "  rules:\n    - name: a\n      algorithm: gcra\n      window_size_ms: 1000\n      max_requests: 10\n      max_limit: 5000001\n", "rate_limiting.rules[0].window_size_ms: 1s is shorter than 200 ns x 5000001"},
 		{"gcra limit too big", minimal + "  rules:\n    - name: a\n      algorithm: gcra\n      max_requests: 1073741824\n", "rate_limiting.rules[0].max_requests: 1073741824 exceeds the gcra algorithm's maximum 1073741823"},
 		{"rule key", minimal + "  rules:\n    - name: a\n      key: jwt\n", `rate_limiting.rules[0].key: "jwt" is not one of`},
 		{"rule undefined tier", minimal + "  rules:\n    - name: a\n      tier: gold\n", `rate_limiting.rules[0].tier: "gold" is not defined`},
