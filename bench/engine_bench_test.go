@@ -36,7 +36,7 @@ func sizes() []int {
 // that the population is tracked, not reclaimed or overflowed.
 func newLimiter(b *testing.B, algo engine.Algorithm, p keyset.Profile, keys int) *engine.Limiter {
 	b.Helper()
-	cfg := engine.Config{Algorithm: algo, Limit: p.Limit, Window: p.Window}
+	cfg := p.EngineConfig(algo)
 	if keys > 0 {
 		cfg.MaxKeys = keyset.Capacity(keys)
 		cfg.MaxMemory = int64(cfg.MaxKeys)*1024 + 256<<20

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/slidelimit/slidelimit/engine"
 )
 
 // ZipfS is the Zipf exponent of the skewed access pattern: s = 1.1 gives
@@ -49,6 +51,25 @@ var (
 	// per key and the 10 M-key case must fit in memory.
 	Keyed = Profile{Limit: 8, Window: 10 * time.Millisecond}
 )
+
+// gcraMinInterval is the shortest Window/MaxLimit engine.New accepts for
+// GCRA: it counts a request as at least that much of its clock.
+const gcraMinInterval = 200 * time.Nanosecond
+
+// EngineConfig returns p as an engine.Config for algo. GCRA cannot take a
+// rate above one request per gcraMinInterval (HotAllowed asks 655 M/s):
+// there it gets the fastest rate it accepts and a bucket of
+// engine.MaxGCRALimit, about 10^9 requests, which no benchmark run
+// empties, so the hot key stays allowed as the profile says and every
+// implementation decides on the same admitting path.
+func (p Profile) EngineConfig(algo engine.Algorithm) engine.Config {
+	cfg := engine.Config{Algorithm: algo, Limit: p.Limit, Window: p.Window}
+	if algo == engine.GCRA && p.Window/time.Duration(p.Limit) < gcraMinInterval {
+		cfg.Limit = max(1, int(p.Window/gcraMinInterval))
+		cfg.Burst = engine.MaxGCRALimit
+	}
+	return cfg
+}
 
 // Size formats n the way benchmark names spell it: 1k, 100k, 1M, 10M.
 func Size(n int) string {

@@ -78,7 +78,7 @@ type engineLimiter struct{ l *engine.Limiter }
 
 func newEngine(algo engine.Algorithm) func(keyset.Profile, int) (Limiter, error) {
 	return func(p keyset.Profile, keys int) (Limiter, error) {
-		cfg := engine.Config{Algorithm: algo, Limit: p.Limit, Window: p.Window}
+		cfg := p.EngineConfig(algo)
 		if keys > 0 {
 			// The same sizing as the engine suite: room for every key.
 			cfg.MaxKeys = keyset.Capacity(keys)
