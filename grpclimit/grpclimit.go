@@ -355,6 +355,13 @@ func (l *Limiter) decide(ctx context.Context, fullMethod string) verdict {
 		return v
 	}
 	l.report(ctx, ru, fullMethod, OutcomeDenied, err, d)
+	if !d.Admissible() {
+		// The backend can never admit this call's cost (its limit is
+		// below it: a lower engine limit than Rule.Limit, a SetLimit,
+		// GCRA's bucket): no wait helps, so nothing invites a retry.
+		v.err = neverStatus(ru, d)
+		return v
+	}
 	v.t = floorSeconds(d.RetryAfter)
 	v.err = deniedStatus(ru, d)
 	return v
@@ -368,9 +375,15 @@ func (l *Limiter) report(ctx context.Context, ru *rule, fullMethod string, o Out
 
 func floorSeconds(d time.Duration) int64 { return max(int64(d/time.Second), 0) }
 
+// ceilSeconds rounds d up to whole seconds; it does not overflow for any
+// d (d + time.Second - 1 would near engine.Never).
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
 }

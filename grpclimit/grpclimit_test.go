@@ -380,6 +380,11 @@ func TestPeerIPGroupsIPv6ByPrefix64(t *testing.T) {
 	if _, err := key(unix, checkMethod); !errors.Is(err, grpclimit.ErrBadPeer) {
 		t.Errorf("unix peer: %v, want ErrBadPeer", err)
 	}
+	// A typed nil *net.TCPAddr (a custom transport's) is an error, never a panic.
+	nilTCP := peer.NewContext(context.Background(), &peer.Peer{Addr: (*net.TCPAddr)(nil)})
+	if _, err := key(nilTCP, checkMethod); !errors.Is(err, grpclimit.ErrBadPeer) {
+		t.Errorf("nil *net.TCPAddr peer: %v, want ErrBadPeer", err)
+	}
 	if _, err := grpclimit.PeerIP(grpclimit.IPConfig{IPv6Prefix: 129}); !errors.Is(err, grpclimit.ErrInvalidOptions) || !strings.Contains(err.Error(), "IPv6Prefix") {
 		t.Errorf("IPv6Prefix 129: %v, want an error naming the field", err)
 	}
@@ -617,5 +622,39 @@ func TestConcurrentCallsAdmitExactlyLimit(t *testing.T) {
 	}
 	if ok.Load() != limit || denied.Load() != 80-limit {
 		t.Errorf("admitted %d, denied %d; want %d and %d", ok.Load(), denied.Load(), limit, 80-limit)
+	}
+}
+
+// TestNeverAdmissibleCallInvitesNoRetry: a backend that can never admit a
+// call's cost (RetryAfter engine.Never: its limit is below the cost) must
+// not tell the client to retry: FailedPrecondition with the rule's
+// QuotaFailure, no RetryInfo, no retry-after, no huge t. It used to send
+// ResourceExhausted with a negative retry_delay and "retry-after: 1".
+func TestNeverAdmissibleCallInvitesNoRetry(t *testing.T) {
+	fb := &fakeBackend{d: engine.Decision{Limit: 1, RetryAfter: engine.Never}}
+	l := newLimiter(t, grpclimit.Options{Key: grpclimit.Method, Default: &grpclimit.Rule{Name: "n", Limiter: fb, Limit: 1, Window: time.Minute}})
+	err := l.UnaryClientInterceptor()(context.Background(), "/a.B/C", nil, nil, nil,
+		func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+			t.Fatal("a refused call was sent")
+			return nil
+		})
+	st := status.Convert(err)
+	if st.Code() != codes.FailedPrecondition {
+		t.Fatalf("code %v (%q), want FailedPrecondition", st.Code(), st.Message())
+	}
+	var quota bool
+	for _, d := range st.Details() {
+		switch d.(type) {
+		case *errdetails.RetryInfo:
+			t.Errorf("RetryInfo %v on a call no wait admits", d)
+		case *errdetails.QuotaFailure:
+			quota = true
+		}
+	}
+	if !quota {
+		t.Errorf("no QuotaFailure in %v", st.Details())
+	}
+	if strings.Contains(st.Message(), "-") {
+		t.Errorf("message %q carries a negative duration", st.Message())
 	}
 }

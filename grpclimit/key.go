@@ -121,6 +121,9 @@ func (k *peerKeyer) appendKey(dst []byte, ctx context.Context) ([]byte, error) {
 func peerAddr(addr net.Addr) (netip.Addr, bool) {
 	var a netip.Addr
 	if t, ok := addr.(*net.TCPAddr); ok {
+		if t == nil {
+			return netip.Addr{}, false // a typed nil from a custom transport
+		}
 		ip, ok := netip.AddrFromSlice(t.IP)
 		if !ok {
 			return netip.Addr{}, false

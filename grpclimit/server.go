@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -101,7 +102,7 @@ func (v *verdict) metadata() metadata.MD {
 	// policyVals is shared by every call of the rule: grpc-go copies
 	// header values into its own lists (metadata.Join), never into ours.
 	md := metadata.MD{MDPolicy: ru.policyVals, MDRateLimit: {string(b)}}
-	if !v.d.Allowed {
+	if !v.d.Allowed && v.d.Admissible() {
 		md[MDRetryAfter] = []string{strconv.FormatInt(retryAfterSeconds(v.d.RetryAfter), 10)}
 	}
 	return md
@@ -127,6 +128,9 @@ func retryDelay(d time.Duration) time.Duration {
 	if d <= 0 {
 		return time.Second
 	}
+	if d > math.MaxInt64-engine.ClockRefresh-time.Millisecond {
+		return d / time.Millisecond * time.Millisecond // no overflow near engine.Never
+	}
 	d += engine.ClockRefresh
 	return (d + time.Millisecond - 1) / time.Millisecond * time.Millisecond
 }
@@ -150,6 +154,22 @@ func deniedStatus(ru *rule, d engine.Decision) error {
 	return status.FromProto(&spb.Status{
 		Code:    int32(codes.ResourceExhausted),
 		Message: ru.denyMsg + wait.String(),
+		Details: details,
+	}).Err()
+}
+
+// neverStatus refuses a call its backend can never admit (RetryAfter
+// engine.Never: its cost is above the backend's limit):
+// codes.FailedPrecondition, which clients do not retry as they retry
+// ResourceExhausted, with the rule's QuotaFailure and no RetryInfo.
+func neverStatus(ru *rule, d engine.Decision) error {
+	var details []*anypb.Any
+	if ru.quotaAny != nil {
+		details = []*anypb.Any{ru.quotaAny}
+	}
+	return status.FromProto(&spb.Status{
+		Code:    int32(codes.FailedPrecondition),
+		Message: fmt.Sprintf("rate limit %q: a call costing %d can never be admitted (the backend holds at most %d)", ru.name, ru.cost, d.Limit),
 		Details: details,
 	}).Err()
 }
