@@ -16,6 +16,10 @@
 //
 // Guarantees:
 //
+//   - A call the backend can never admit (its cost above the backend's
+//     limit: RetryAfter engine.Never) ends with codes.FailedPrecondition
+//     and the rule's QuotaFailure, without RetryInfo or retry-after: no
+//     wait helps, so nothing invites a retry.
 //   - A refused call ends with codes.ResourceExhausted before the handler
 //     runs, with two details a client can read with status.Details:
 //     google.rpc.RetryInfo, whose retry_delay is the wait until a retry can

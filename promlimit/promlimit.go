@@ -39,6 +39,7 @@ package promlimit
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"sync"
@@ -92,7 +93,9 @@ type Options struct {
 // nil: 1 µs to about 1 s, doubling.
 var DefaultBuckets = prometheus.ExponentialBuckets(1e-6, 2, 21)
 
-var nameRE = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+// nameRE is a metric name prefix without ':', which Prometheus reserves
+// for recording rules (promlint flags it in exported names).
+var nameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // Collector is a prometheus.Collector of slidelimit's series. Register it
 // once; feed it middleware decisions through Observe (or per-rule handles
@@ -120,10 +123,15 @@ func New(opts Options) (*Collector, error) {
 		opts.Namespace = "slidelimit"
 	}
 	if !nameRE.MatchString(opts.Namespace) {
-		return nil, fmt.Errorf("promlimit: Options.Namespace %q is not a metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)", opts.Namespace)
+		return nil, fmt.Errorf("promlimit: Options.Namespace %q is not a metric name prefix ([a-zA-Z_][a-zA-Z0-9_]*)", opts.Namespace)
 	}
 	if opts.Buckets == nil {
 		opts.Buckets = DefaultBuckets
+	}
+	for i, b := range opts.Buckets {
+		if math.IsNaN(b) {
+			return nil, fmt.Errorf("promlimit: Options.Buckets[%d] is NaN", i)
+		}
 	}
 	for i := 1; i < len(opts.Buckets); i++ {
 		if opts.Buckets[i] <= opts.Buckets[i-1] {

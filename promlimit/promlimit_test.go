@@ -2,6 +2,7 @@ package promlimit_test
 
 import (
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -317,6 +318,13 @@ func TestObserveOfAKnownRuleDoesNotAllocate(t *testing.T) {
 }
 
 func TestNewRejectsInvalidOptionsNamingTheField(t *testing.T) {
+	// ':' is for recording rules: promlint flags it in exported names.
+	if _, err := promlimit.New(promlimit.Options{Namespace: "a:b"}); err == nil || !strings.Contains(err.Error(), "Options.Namespace") {
+		t.Errorf("Namespace a:b: %v, want an error naming the field", err)
+	}
+	if _, err := promlimit.New(promlimit.Options{Buckets: []float64{1, math.NaN(), 3}}); err == nil || !strings.Contains(err.Error(), "Options.Buckets") {
+		t.Errorf("NaN bucket: %v, want an error naming the field", err)
+	}
 	if _, err := promlimit.New(promlimit.Options{Namespace: "bad-name"}); err == nil || !strings.Contains(err.Error(), "Options.Namespace") {
 		t.Errorf("bad namespace: %v", err)
 	}
