@@ -983,8 +983,10 @@ func ruleBackend(f string, rc ruleConfig, keySpec string, ec engine.Config, redi
 	}
 	if rc.MaxLimit != nil {
 		// Only an in-memory limiter changes its numbers while serving; a
-		// Redis rule's counts live in Redis and outlast its rebuild.
-		return bs, fieldErr(f+".max_limit", "is for backend: memory (a %s rule is rebuilt on reload, its counts stay in Redis)", rc.Backend)
+		// Redis rule is rebuilt on reload, and its counts stay in Redis
+		// under key names that carry its numbers: a change of limit or
+		// burst starts it afresh.
+		return bs, fieldErr(f+".max_limit", "is for backend: memory (a %s rule is rebuilt on reload; its counts stay in Redis only while its numbers do)", rc.Backend)
 	}
 	if ec.Window%time.Microsecond != 0 {
 		return bs, fieldErr(f+".window_size_ms", "must be a whole number of microseconds for Redis")
