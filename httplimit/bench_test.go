@@ -132,3 +132,33 @@ func BenchmarkStacked(b *testing.B) {
 		})
 	}
 }
+
+// The policy lookup after every decision: the newest policy in the common
+// case, a match in the kept history while SetLimit runs. Neither allocates.
+func BenchmarkPolicyForDecision(b *testing.B) {
+	m, err := New(Options{Default: &Rule{Name: "d", Engine: engine.Config{Algorithm: engine.SlidingLog, Limit: 5, MaxLimit: 100, Window: time.Minute}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	for _, v := range []int{7, 9, 3, 11} {
+		if err := m.SetLimit("d", v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lv := m.byName["d"].live
+	for _, bc := range []struct {
+		name  string
+		limit int
+	}{{"newest", 11}, {"history", 7}} {
+		b.Run(bc.name, func(b *testing.B) {
+			d := engine.Decision{Limit: bc.limit}
+			b.ReportAllocs()
+			for b.Loop() {
+				if lv.current(&d).q != bc.limit {
+					b.Fatal("wrong policy")
+				}
+			}
+		})
+	}
+}

@@ -31,13 +31,35 @@ type policy struct {
 	item     string // RateLimit-Policy item: "name";q=..;w=..
 	limitStr string // X-RateLimit-Limit value
 	wSec     int64  // w: the window in seconds (GCRA: a full bucket's refill time), rounded up
-	prev     *policy
+	name     string // the rule's, for a policy rendered from a decision
+	s        shape  // the numbers it was computed from
+	follows  bool   // GCRA: the bucket follows the limit (no Burst of its own)
+	// older holds the settings published before this one, newest first,
+	// at most historyLen, each with older nil (so the chain stays
+	// bounded): a decision made under one of them finds its own.
+	older []*policy
+	from  *policy // a policy rendered from a decision: the newest it was rendered beside
 }
+
+// historyLen is how many earlier settings a published policy keeps. A
+// decision older than that many changes (its request stalled between the
+// engine's decision and the headers while SetLimit ran on and on) gets
+// its policy rendered from its own numbers instead (live.render).
+const historyLen = 8
 
 // live is a rule's changeable part, shared by the rule and SetLimit.
 type live struct {
 	pol atomic.Pointer[policy]
-	mu  sync.Mutex // serializes SetLimit and SetBurst
+	// changed is set by the first SetLimit or SetBurst: from then on a
+	// decision whose Limit no published setting has is given a policy of
+	// its own numbers. Before it a rule advertises exactly what it did at
+	// New (a backend's decisions agree with its policy then).
+	changed atomic.Bool
+	// spill caches the last policy rendered from a decision, so that a
+	// run of such decisions (another Middleware's SetLimit on a shared
+	// limiter, say) allocates once, not per request.
+	spill atomic.Pointer[policy]
+	mu    sync.Mutex // serializes SetLimit and SetBurst
 }
 
 // shape is the numbers a rule's policy is computed from.
@@ -60,6 +82,9 @@ func newPolicy(name string, s shape) *policy {
 		item:     `"` + name + `";q=` + strconv.Itoa(q) + ";w=" + strconv.FormatInt(w, 10),
 		limitStr: strconv.Itoa(q),
 		wSec:     w,
+		name:     name,
+		s:        s,
+		follows:  s.alg == engine.GCRA && s.burst == s.limit,
 	}
 }
 
@@ -87,26 +112,75 @@ func refillSeconds(burst int, window time.Duration, limit int) int64 {
 	return int64(q)
 }
 
-// current returns the policy to advertise with decision d: the one whose
-// q is d.Limit when a SetLimit is in flight (the decision was made under
-// the previous numbers), else the newest.
+// current returns the policy to advertise with decision d: the newest
+// setting whose q is d.Limit. The engine's decision says its Limit and
+// nothing else of the numbers it was made under, so the match is by q:
+//
+//   - The newest policy, in the common case (no allocation, one compare).
+//   - While SetLimit and SetBurst run, the newest of the last historyLen
+//     settings with that q: a decision made under any of them finds a
+//     policy with its own q. Its w is that setting's; it is the w the
+//     decision was made under except for a GCRA rule whose limit and
+//     bucket both changed within those settings, where two settings with
+//     the same bucket and different refill times can be told apart by
+//     nothing in the decision (the newer one's w is given).
+//   - Older still (the request stalled while more changes ran), or a
+//     change made on the engine behind this Middleware's back: a policy
+//     rendered from d's numbers (render), one allocation, cached.
 func (lv *live) current(d *engine.Decision) *policy {
 	p := lv.pol.Load()
-	if p.q != d.Limit && p.prev != nil && p.prev.q == d.Limit {
-		return p.prev
+	if p.q == d.Limit || d.Limit <= 0 || !lv.changed.Load() {
+		return p
 	}
-	return p
+	for _, o := range p.older {
+		if o.q == d.Limit {
+			return o
+		}
+	}
+	return lv.render(p, d.Limit)
+}
+
+// render returns a policy with q, the quota a decision was made under,
+// beside the newest policy p, which says the rest: the window (no change
+// moves it) and, for a GCRA rule with a Burst of its own, the limit (q is
+// its bucket, and the refill time w is q x window / limit; with the
+// bucket following the limit, w is the window whatever q is). Cached in
+// lv.spill for as long as p is the newest.
+func (lv *live) render(p *policy, q int) *policy {
+	if sp := lv.spill.Load(); sp != nil && sp.from == p && sp.q == q {
+		return sp
+	}
+	s := p.s
+	switch {
+	case s.alg != engine.GCRA:
+		s.limit, s.burst = q, q
+	case p.follows:
+		s.limit, s.burst = q, q
+	default:
+		s.burst = q
+	}
+	np := newPolicy(p.name, s)
+	np.follows = p.follows
+	np.from = p
+	lv.spill.Store(np)
+	return np
 }
 
 // SetLimit changes the limit of the rule named rule (and of every rule of
 // this Middleware sharing its *engine.Limiter; another Middleware sharing
-// it decides under the new limit but advertises its old q until its own
-// SetLimit) on a running Middleware, through
+// it decides under the new limit, and advertises its old policy until a
+// SetLimit or SetBurst of its own has run on that rule, the q of each
+// decision after) on a running Middleware, through
 // engine.Limiter.SetLimit: every key keeps its counts (a client that used
 // 4 of 5 has 6 more of 10, not 10), and the RateLimit-Policy the rules
 // advertise follows (for GCRA with the default Burst the bucket follows
-// the limit, as in the engine). Each response's q describes the numbers
-// its decision was made under. Errors: ErrUnknownRule; ErrFixedLimit for
+// the limit, as in the engine). Each response's q (and X-RateLimit-Limit)
+// is the Limit its decision was made under, however many changes raced
+// it; w is that setting's window (GCRA: refill time), except for a GCRA
+// rule whose Burst is its own and whose limit changed while the request
+// was decided: a SetLimit leaves its q alone and moves only w, and the
+// decision does not say which side of the change it was made on, so w
+// may be the newer setting's. Errors: ErrUnknownRule; ErrFixedLimit for
 // a backend that is not an *engine.Limiter; the engine's, wrapping
 // engine.ErrInvalidLimit above the limiter's Config.MaxLimit (the limit in
 // force stays). Safe for concurrent use with requests and other changes.
@@ -137,9 +211,9 @@ func (m *Middleware) SetBurst(rule string, burst int) error {
 
 // change applies one SetLimit or SetBurst to the named rule's limiter and
 // republishes the policy of every rule on that limiter. The predicted
-// policy is published before the engine changes, with the previous one
-// kept beside it, so that a decision made under either setting finds its
-// own (live.current); the engine's Config is read back afterwards and
+// policy is published before the engine changes, with the earlier ones
+// kept beside it (the last historyLen), so that a decision made under any
+// of them finds its own (live.current); the engine's Config is read back afterwards and
 // published if the prediction missed (a ready limiter whose Burst was
 // set equal to its Limit at New is taken as following the limit).
 func (m *Middleware) change(name, op string, predict func(s *shape, follows bool), apply func(*engine.Limiter) error) error {
@@ -167,12 +241,19 @@ func (m *Middleware) change(name, op string, predict func(s *shape, follows bool
 		olds[i] = r.live.pol.Load()
 	}
 	publish := func(s shape) {
+		follows := s.alg == engine.GCRA && s.burst == s.limit && !m.burstSet[l]
 		for i, r := range sharing {
 			p := newPolicy(r.name, s)
+			p.follows = follows
+			// The settings before, newest first, bounded: a decision made
+			// under any of them finds its own q (live.current).
 			o := *olds[i]
-			o.prev = nil // one step back is all a decision in flight needs
-			p.prev = &o
+			o.older, o.from = nil, nil
+			p.older = make([]*policy, 0, historyLen)
+			p.older = append(p.older, &o)
+			p.older = append(p.older, olds[i].older[:min(len(olds[i].older), historyLen-1)]...)
 			r.live.pol.Store(p)
+			r.live.changed.Store(true)
 		}
 	}
 	publish(pred)

@@ -1,12 +1,14 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,5 +297,120 @@ func TestEngineStatsSumsInvalidCalls(t *testing.T) {
 	m.owned[0].AllowN("k", 3) // above the limit: invalid
 	if got := m.EngineStats().Invalid; got != 1 {
 		t.Errorf("EngineStats().Invalid = %d, want 1", got)
+	}
+}
+
+// While SetLimit cycles a limit through five values as fast as it can,
+// every response's RateLimit-Policy q and X-RateLimit-Limit are the Limit
+// of the decision it carries, and w the window of that setting: a request
+// decided under a setting two or more changes back still finds its own
+// (it used to look back only one change, and gave r=8 beside q=7).
+func TestRapidSetLimitPolicyMatchesEveryDecision(t *testing.T) {
+	type limitKey struct{}
+	for _, alg := range []engine.Algorithm{engine.GCRA, engine.SlidingLog, engine.SlidingCounter} {
+		t.Run(alg.String(), func(t *testing.T) {
+			l, err := engine.New(engine.Config{Algorithm: alg, Limit: 5, MaxLimit: 100, Window: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			m, err := New(Options{Default: &Rule{Name: "d", Limiter: l}, Observe: func(r *http.Request, e Event) {
+				if p, ok := r.Context().Value(limitKey{}).(*atomic.Int64); ok {
+					p.Store(int64(e.Decision.Limit))
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			h := m.Handler(okHandler)
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var bad, seen atomic.Int64
+			for g := 0; g < 4; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; !stop.Load(); i++ {
+						var lim atomic.Int64
+						req := httptest.NewRequest("GET", "/", nil)
+						req.RemoteAddr = "10.0." + strconv.Itoa(g) + "." + strconv.Itoa(i%50) + ":1"
+						req = req.WithContext(context.WithValue(req.Context(), limitKey{}, &lim))
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, req)
+						want := strconv.FormatInt(lim.Load(), 10)
+						// Every setting here has w = the window: SlidingLog's
+						// and SlidingCounter's is the window, and a default
+						// GCRA bucket follows the limit (Limit x Window / Limit).
+						pol, xl := rec.Header().Get("RateLimit-Policy"), rec.Header().Get("X-RateLimit-Limit")
+						seen.Add(1)
+						if pol != `"d";q=`+want+";w=3600" || xl != want {
+							if bad.Add(1) <= 5 {
+								t.Errorf("decision Limit %s: RateLimit-Policy %q, X-RateLimit-Limit %q, RateLimit %q", want, pol, xl, rec.Header().Get("RateLimit"))
+							}
+						}
+					}
+				}()
+			}
+			vals := []int{5, 7, 9, 3, 11}
+			for i := 0; i < 3000; i++ {
+				if err := m.SetLimit("d", vals[i%len(vals)]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop.Store(true)
+			wg.Wait()
+			if bad.Load() > 0 {
+				t.Errorf("%d of %d responses advertised a policy other than their decision's", bad.Load(), seen.Load())
+			}
+		})
+	}
+}
+
+// A decision made under a setting older than the kept history (or under
+// a change made on the engine directly) gets a policy rendered from its
+// own Limit, once: the next such decision reuses it.
+func TestDecisionOlderThanHistoryGetsItsOwnPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  engine.Config
+		want string // the policy for a decision with Limit 4
+	}{
+		{"SlidingLog", engine.Config{Algorithm: engine.SlidingLog, Limit: 4, MaxLimit: 100, Window: time.Minute}, `"d";q=4;w=60`},
+		// The bucket follows the limit: w is the window whatever q is.
+		{"GCRA default bucket", engine.Config{Algorithm: engine.GCRA, Limit: 4, MaxLimit: 100, Window: time.Minute}, `"d";q=4;w=60`},
+		// A bucket of its own: SetBurst moves q; w is q x window / limit (4 x 60 s / 30).
+		{"GCRA own bucket", engine.Config{Algorithm: engine.GCRA, Limit: 30, Burst: 4, MaxLimit: 100, Window: time.Minute}, `"d";q=4;w=8`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := New(Options{Default: &Rule{Name: "d", Engine: tc.cfg}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			set := m.SetLimit
+			if tc.cfg.Burst != 0 {
+				set = m.SetBurst
+			}
+			for v := 10; v < 10+2*historyLen; v++ { // pushes 4 out of the history
+				if err := set("d", v); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lv := m.byName["d"].live
+			d := engine.Decision{Limit: 4}
+			p := lv.current(&d)
+			if p.item != tc.want || p.limitStr != "4" {
+				t.Fatalf("decision Limit 4: policy %q, X-RateLimit-Limit %q, want %q, 4", p.item, p.limitStr, tc.want)
+			}
+			if again := lv.current(&d); again != p {
+				t.Errorf("a second decision with Limit 4 rendered its policy again")
+			}
+			// One within the history finds the published setting itself.
+			d.Limit = 10 + 2*historyLen - 3
+			if p := lv.current(&d); p.q != d.Limit || p.from != nil {
+				t.Errorf("decision Limit %d: policy %q (rendered: %v), want the published one", d.Limit, p.item, p.from != nil)
+			}
+		})
 	}
 }
