@@ -24,7 +24,16 @@
 // limiter takes the new numbers (engine SetLimit and SetBurst, through the
 // running middleware, so its headers follow) just before the swap, and
 // every decision from then on, in either configuration, is made under
-// them; a build that fails afterwards puts the old numbers back. State is
+// them; a build that fails afterwards puts the old numbers back. A rule's
+// identity across reloads is its name (with its key source and its
+// algorithm and window), not what it matches: a renamed rule starts
+// afresh, and a rule that keeps its name keeps its counts even when its
+// path_prefix, method or tier changes (swap two rules' path_prefix under
+// the same names and each path gets the other's counts; rename to start
+// afresh). A redis or hybrid rule keeps its counts while its algorithm,
+// window, max_requests and burst stay the same (its Redis key names carry
+// them); a change of any of them starts it afresh and logs "rule rebuilt
+// on reload", as it does for an in-memory rule rebuilt. State is
 // released when the last
 // configuration holding it has drained (a websocket proxied through keeps
 // its configuration's limiters until it closes). The server section

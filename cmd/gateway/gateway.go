@@ -62,6 +62,7 @@ type generation struct {
 	resources []*resource // backends first, then the Redis clients they use
 	engines   []ruleEngine
 	stores    []promlimit.Store  // backend: redis rules, for the metrics
+	redisNums []ruleNumbers      // backend: redis and hybrid rules' numbers, to say on reload whether their counts carry over
 	hybrids   []promlimit.Hybrid // backend: hybrid rules
 	budget    *resource          // the key budget, if any
 	refs      atomic.Int64
@@ -184,6 +185,9 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 			gen.stores = append(gen.stores, promlimit.Store{Rule: ru.Name, Store: b})
 		case *redisstore.Hybrid:
 			gen.hybrids = append(gen.hybrids, promlimit.Hybrid{Rule: ru.Name, Hybrid: b})
+		}
+		if bs.kind != "memory" {
+			gen.redisNums = append(gen.redisNums, redisNumbers(ru.Name, ru.Engine))
 		}
 		ru.Limiter, ru.Limit, ru.Window, ru.Engine = r.rl, ru.Engine.Limit, ru.Engine.Window, engine.Config{}
 	}
@@ -332,6 +336,7 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 		Prefix: bs.redis.prefix, Timeout: bs.redis.timeout, OnFailure: bs.redis.onFailure, Nodes: bs.redis.nodes,
 		AllowEviction: bs.redis.allowEviction,
 	}
+	g.logRedisRebuilt(bs, ec)
 	if bs.kind == "redis" {
 		s, err := redisstore.New(rc)
 		if err != nil {
@@ -352,6 +357,51 @@ func (g *gateway) backend(bs backendSpec, ec engine.Config, take func(*resource,
 			"rule", bs.rule, "field", bs.field)
 	}
 	return &resource{fp: bs.fp, rl: h, close: h.Close}, true, nil
+}
+
+// ruleNumbers are the numbers a Redis rule's key names carry.
+type ruleNumbers struct {
+	rule         string
+	alg          engine.Algorithm
+	limit, burst int // burst: GCRA's bucket (the limit when not set); 0 for the others
+	window       time.Duration
+}
+
+func redisNumbers(rule string, ec engine.Config) ruleNumbers {
+	n := ruleNumbers{rule: rule, alg: ec.Algorithm, limit: ec.Limit, window: ec.Window}
+	if n.alg == 0 {
+		n.alg = engine.DefaultAlgorithm
+	}
+	if n.alg == engine.GCRA {
+		n.burst = ec.Burst
+		if n.burst == 0 {
+			n.burst = ec.Limit
+		}
+	}
+	return n
+}
+
+// logRedisRebuilt says when a reload builds a new Redis or hybrid backend
+// for a rule that had one under other numbers: its counts live in Redis
+// under key names that carry the algorithm, window, limit and (GCRA)
+// burst, so the new store finds none of them and the rule starts afresh
+// (the old keys expire by their TTL). A new store under the same numbers
+// (a new address, timeout or on_failure) finds the old counts: nothing to
+// say then.
+func (g *gateway) logRedisRebuilt(bs backendSpec, ec engine.Config) {
+	cur := g.cur.Load()
+	if cur == nil {
+		return
+	}
+	now := redisNumbers(bs.rule, ec)
+	for _, was := range cur.redisNums {
+		if was.rule == bs.rule && was != now {
+			g.log.Info("rule rebuilt on reload: redis key names carry the numbers: counts start afresh",
+				"rule", bs.rule, "field", bs.field, "algorithm", now.alg.String(), "was_algorithm", was.alg.String(),
+				"max_requests", now.limit, "was", was.limit, "burst", now.burst, "burst_was", was.burst,
+				"window", now.window.String(), "window_was", was.window.String())
+		}
+	}
 }
 
 func clientFP(rc *redisConfig) string { return fmt.Sprintf("redis-client %s db=%d", rc.addr, rc.db) }

@@ -268,3 +268,50 @@ rate_limiting:
 		t.Errorf("fifth request: %d, want 429", code)
 	}
 }
+
+// A reload that changes a Redis rule's numbers builds a store whose key
+// names carry the new ones, so the rule's counts start afresh: the log
+// says so, as it does for an in-memory rule rebuilt. A reload that builds
+// a new store under the same numbers (a new timeout) finds the old counts
+// and says nothing of the kind.
+func TestRedisRuleRebuiltWithNewNumbersIsLogged(t *testing.T) {
+	rs := redistest.Start(t)
+	for _, alg := range []string{"gcra", "log"} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := fmt.Sprintf(`
+rate_limiting:
+  sliding_window:
+    window_size_ms: 3600000
+    max_requests: 100
+  redis:
+    address: %s
+    timeout_ms: 2000
+    on_failure: closed
+  rules:
+    - name: r%s
+      algorithm: %s
+      max_requests: 5
+      backend: redis
+`, rs.Addr(), alg, alg)
+			const rebuilt = "rule rebuilt on reload: redis key names carry the numbers: counts start afresh"
+			g, gw, logs := newLoggingGateway(t, cfg, okUpstream(t).URL)
+			path := filepath.Join(t.TempDir(), "gateway.yaml")
+			if code, _, _ := get(t, gw.URL+"/"); code != 200 {
+				t.Fatalf("first request: %d", code)
+			}
+			sameNumbers := strings.Replace(cfg, "timeout_ms: 2000", "timeout_ms: 3000", 1)
+			reloadTo(t, g, path, sameNumbers)
+			if strings.Contains(logs.String(), rebuilt) {
+				t.Errorf("a new timeout keeps the key names, yet the log says the counts start afresh:\n%s", logs.String())
+			}
+			reloadTo(t, g, path, strings.Replace(sameNumbers, "max_requests: 5", "max_requests: 10", 1))
+			out := logs.String()
+			if !strings.Contains(out, rebuilt) || !strings.Contains(out, `"rule":"r`+alg+`"`) {
+				t.Fatalf("max_requests 5 -> 10 on a redis rule: no %q line for it in the log:\n%s", rebuilt, out)
+			}
+			if !strings.Contains(out, `"max_requests":10,"was":5`) {
+				t.Errorf("the rebuilt line does not give the numbers:\n%s", out)
+			}
+		})
+	}
+}
