@@ -548,7 +548,13 @@ func (a *gcraAlgo) setBurst(burst int) error {
 		return fmt.Errorf("engine: SetBurst(%d): burst must be in [1, %d]: %w", burst, MaxGCRALimit, ErrInvalidLimit)
 	}
 	if d := satMul(int64(burst), a.token); d > gcraMaxDepth {
-		return fmt.Errorf("engine: SetBurst(%d): a bucket of %v exceeds GCRA's maximum %v: %w", burst, time.Duration(d), time.Duration(gcraMaxDepth), ErrInvalidLimit)
+		// The product saturates at 292 years (MaxInt64 ns): say the
+		// real size, in hours computed in float, rather than that.
+		size := time.Duration(d).String()
+		if d == math.MaxInt64 {
+			size = fmt.Sprintf("%.4gh", float64(burst)*float64(a.token)/float64(time.Hour))
+		}
+		return fmt.Errorf("engine: SetBurst(%d): a bucket of %s exceeds GCRA's maximum %v: %w", burst, size, time.Duration(gcraMaxDepth), ErrInvalidLimit)
 	}
 	return a.publish(func(old *gcraRate) (int, int, bool, error) { return old.limit, burst, false, nil })
 }
