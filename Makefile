@@ -22,7 +22,7 @@ TESTSUM  := $(TEST_OUT)/bin/testsummary
 # Lines appended here are printed in the summary under "Not run on this machine".
 TEST_NOTES := $(TEST_OUT)/notes.txt
 
-TICK_S := 15
+TICK_S := 10
 
 # $(call gotest,STEP,DIR,ARGS): go test -json ARGS in DIR, streamed through
 # testsummary; fails when go test fails (pipefail) or a test failed. The

@@ -17,7 +17,7 @@ $(LOADGEN_BIN):
 ## The first line comes before the build, and the build prints a line every
 ## TICK_S seconds, so a cold build is not silent.
 run:
-	@echo "make run: building bin/loadgen (warm Go build cache: seconds; cold: 2-4 min on 2 cores, a line every 15 s), then a ~32 s load test (12 s warm-up, 20 s measured, a line per second); the verdict comes first, then the figures"
+	@echo "make run: building bin/loadgen (warm Go build cache: seconds; cold: about 2.5 min on 2 cores, a line every 10 s), then a ~32 s load test (12 s warm-up, 20 s measured, a line per second); the verdict comes first, then the figures"
 	@$(call ticking,building bin/loadgen,$(GO) build -o $(LOADGEN_BIN) ./cmd/loadgen)
 	@echo "make run: $(LOADGEN_BIN) -out out/loadgen $(LOADGEN_FLAGS)"
 	@$(LOADGEN_BIN) -out out/loadgen $(LOADGEN_FLAGS); rc=$$?; \

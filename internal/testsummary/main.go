@@ -9,7 +9,7 @@
 //	testsummary final -since 1700000000 out/test/*.jsonl
 //
 // stream never stays silent for long: when nothing was printed for -tick
-// (15 s), it prints how long the step has run, how many packages are done
+// (10 s), it prints how long the step has run, how many packages are done
 // and which package's tests are running and for how long (go test streams
 // one package's events at a time), so a cold build or a slow package shows
 // as progress.
@@ -58,7 +58,7 @@ func main() {
 		out := fs.String("o", "", "file that receives the raw JSON stream (required)")
 		step := fs.String("step", "", "name of this step, printed before its lines")
 		about := fs.String("about", "", "what the step does and how long it usually takes, printed with its name")
-		tick := fs.Duration("tick", 15*time.Second, "print a progress line after this long without output (0: never)")
+		tick := fs.Duration("tick", 10*time.Second, "print a progress line after this long without output (0: never)")
 		fs.Parse(os.Args[2:])
 		if *out == "" {
 			usage()
