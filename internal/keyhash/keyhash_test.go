@@ -18,14 +18,14 @@ func TestSumDeterministicPerHasher(t *testing.T) {
 		if h.Sum(k) != h.Sum(k) || h.Sum(k) != c.Sum(k) {
 			t.Fatalf("Sum(%q) not deterministic", k)
 		}
-		if got, want := h.Sum(k), maphash.String(h.seed, k); got != want {
-			t.Fatalf("Sum(%q) = %#x, maphash.String = %#x", k, got, want)
+		if got, want := h.Sum(k), sipRef(h.Key(), []byte(k)); got != want {
+			t.Fatalf("Sum(%q) = %#x, the reference SipHash-2-4 = %#x", k, got, want)
 		}
 	}
 }
 
-// Two Hashers have independent seeds: the same keys hash differently.
-func TestSeedsDiffer(t *testing.T) {
+// Two Hashers have independent keys: the same keys hash differently.
+func TestKeysDiffer(t *testing.T) {
 	a, b := New(), New()
 	same := 0
 	for i := range 1000 {
@@ -35,7 +35,7 @@ func TestSeedsDiffer(t *testing.T) {
 		}
 	}
 	if same != 0 {
-		t.Fatalf("%d of 1000 keys hash equal under two fresh seeds", same)
+		t.Fatalf("%d of 1000 keys hash equal under two fresh keys", same)
 	}
 }
 
@@ -44,8 +44,11 @@ func TestZeroHasherDoesNotPanic(t *testing.T) {
 	if z.Sum("k") != z.Sum("k") {
 		t.Fatal("zero Hasher not deterministic")
 	}
-	if got, want := z.Sum("k"), maphash.String(fallback, "k"); got != want {
-		t.Fatalf("zero Hasher Sum = %#x, want the fallback seed's %#x", got, want)
+	if got, want := z.Sum("k"), fallback.Sum("k"); got != want {
+		t.Fatalf("zero Hasher Sum = %#x, want the fallback key's %#x", got, want)
+	}
+	if FromKey(z.Key()).Sum("k") != z.Sum("k") {
+		t.Fatal("the zero Hasher's Key does not hash as it does")
 	}
 }
 
@@ -92,7 +95,7 @@ func FuzzSum(f *testing.F) {
 	h := New()
 	f.Fuzz(func(t *testing.T, key string, bit uint) {
 		s := h.Sum(key)
-		if s != h.Sum(key) || s != maphash.Bytes(h.seed, []byte(key)) {
+		if s != h.Sum(key) || s != sipRef(h.Key(), []byte(key)) {
 			t.Fatalf("Sum(%q) unstable or differs from its bytes", key)
 		}
 		if len(key) == 0 {
@@ -115,7 +118,9 @@ func FuzzSum(f *testing.F) {
 //   - xxhash=seeded-oneshot: the same hash without the Digest (xxh64 above);
 //   - xxhash=unseeded: xxhash.Sum64String (assembly), the speed of light of
 //     xxhash, but unseeded, so unfit (collisions can be precomputed);
-//   - maphash: this package's Sum.
+//   - maphash: hash/maphash.String under a random seed, the hash this
+//     package used before (its seed cannot be saved, see the package doc);
+//   - siphash: this package's Sum (SipHash-2-4).
 //
 // cached hashes one key again and again (key in L1); keys=1M walks a
 // million distinct keys in random order, so each hash starts with a cache
@@ -123,6 +128,7 @@ func FuzzSum(f *testing.F) {
 func BenchmarkHash(b *testing.B) {
 	const seed = 0x5eed
 	h := New()
+	mseed := maphash.MakeSeed()
 	fns := []struct {
 		name string
 		fn   func(string) uint64
@@ -130,7 +136,8 @@ func BenchmarkHash(b *testing.B) {
 		{"xxhash=seeded-digest", func(s string) uint64 { return digest(seed, s) }},
 		{"xxhash=seeded-oneshot", func(s string) uint64 { return xxh64(seed, s) }},
 		{"xxhash=unseeded", xxhash.Sum64String},
-		{"maphash", h.Sum},
+		{"maphash", func(s string) uint64 { return maphash.String(mseed, s) }},
+		{"siphash", h.Sum},
 	}
 	for _, n := range []int{8, 16, 32, 64} {
 		keys, order := benchKeys(n, 1<<20)
