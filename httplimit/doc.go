@@ -105,9 +105,18 @@
 //     ProblemTypeQuotaExceeded (DenyText keeps text/plain). A request with
 //     an Origin header gets Access-Control-Expose-Headers naming the
 //     rate-limit headers and Retry-After.
-//   - In dry-run mode every decision is made, counted and advertised in the
-//     headers, but no request is refused; denials are counted as
-//     DryRunDenied.
+//   - A rule in shadow (Rule.DryRun; Options.DryRun is the default of
+//     every rule) makes, counts and advertises every decision in the
+//     headers but refuses no request; its refusals are counted as
+//     DryRunDenied. A rule with Rule.EnforcePercent below 100 enforces
+//     that share of its keys and is in shadow for the rest: a key's
+//     cohort is a fixed hash of the rule name and the key, the same on
+//     every request, reload, restart and replica, and a change of the
+//     percentage moves only the keys between the old and the new
+//     threshold (raising it only adds keys). A shadow rule never changes
+//     what happens to a request or to the enforcing rules' counts
+//     (Options.MatchAll). RuleStats and Event.Shadow tell the enforced
+//     and shadow cohorts apart.
 //   - Middleware is safe for concurrent use. Its counters (Stats,
 //     RuleStats) are striped across cache lines; reading them sums the
 //     stripes and may miss operations that race with it. Options.Observe

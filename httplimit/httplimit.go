@@ -92,6 +92,27 @@ type Rule struct {
 	// Key names the client for this rule; nil means Options.Key.
 	Key KeyFunc
 
+	// DryRun puts this rule in shadow: it decides, counts and advertises
+	// every request (the RateLimit headers say r=0 where it would refuse)
+	// but refuses none, counting a refusal as DryRunDenied. Nil takes
+	// Options.DryRun; false enforces the rule under a global DryRun, so
+	// one rule can enforce while the rest are shadow-tested, or the other
+	// way round. A shadow rule never changes what happens to a request:
+	// see Options.MatchAll for what it consumes.
+	DryRun *bool
+	// EnforcePercent, in [0, 100] (fractions allowed; nil: 100), is the
+	// share of keys this rule enforces, for a canary rollout: the other
+	// keys are in its shadow cohort, decided as under DryRun. A key's
+	// cohort is a fixed hash of the rule's name and the key, so a client
+	// is consistently in or out, across requests, reloads, restarts and
+	// replicas, and a change of the percentage moves only the keys
+	// between the old and new threshold (raising 1 to 5 keeps the 1 %
+	// enforced). NaN or a value outside [0, 100] is refused by New.
+	// Ignored while the rule is in shadow (DryRun). RuleStats and
+	// Event.Shadow tell the cohorts apart, so their refusal rates can be
+	// compared.
+	EnforcePercent *float64
+
 	// RemainingUnknown says that Limiter's Decision.Remaining is not the
 	// policy's remaining quota (redisstore.Hybrid reports its own node's
 	// unspent lease, 0 while the global quota has room). An admitted
@@ -151,6 +172,14 @@ type Options struct {
 	// from the rules before it stay taken (no limit is ever exceeded; the
 	// client loses at most one unit per such race). The headers list
 	// every policy that applied.
+	//
+	// With rules in shadow (DryRun, or a key outside EnforcePercent) only
+	// the enforcing rules refuse, and they count what really happens: each
+	// takes a unit from every request that passes, as if the shadow rules
+	// were not there. A shadow rule counts what would happen if every rule
+	// enforced: it takes a unit only from a request that no applied rule
+	// refuses or would refuse (so a shadow-only stack, or a global DryRun,
+	// consumes nothing on a would-be refusal, as before).
 	MatchAll bool
 	// Default decides requests no rule matched. Its Method, PathPrefix
 	// and Tier must be empty. Nil means such requests pass unlimited (and
@@ -163,7 +192,8 @@ type Options struct {
 	// Tier maps a request to its tier name; required if any rule has a
 	// Tier. It is called at most once per request.
 	Tier func(*http.Request) string
-	// DryRun decides, counts and sets the headers but never refuses.
+	// DryRun decides, counts and sets the headers but never refuses:
+	// the default of every rule whose Rule.DryRun is nil.
 	DryRun bool
 	// FailOpen keys a request whose key function failed by FallbackKey
 	// instead (namespaced apart from the rule's own keys), so a missing or
@@ -212,7 +242,7 @@ type Options struct {
 type Stats struct {
 	Allowed      uint64 // passed on by its rules
 	Denied       uint64 // refused with OnDeny
-	DryRunDenied uint64 // would have been refused; passed on (DryRun)
+	DryRunDenied uint64 // would have been refused by a rule in shadow (DryRun, or outside EnforcePercent); passed on
 	KeyErrors    uint64 // key function failed
 	FailedOpen   uint64 // key function and FallbackKey failed; passed on unlimited (FailOpen)
 	FailedClosed uint64 // key function failed; refused with OnKeyError
@@ -262,6 +292,7 @@ type rule struct {
 	key      KeyFunc
 	live     *live  // the advertised policy, replaced by SetLimit and SetBurst
 	rlPrefix string // `"name";r=`
+	cohort   cohort // DryRun and EnforcePercent
 
 	remUnknown bool // Rule.RemainingUnknown
 }
@@ -283,8 +314,11 @@ type statStripe struct {
 	_ [cacheLine - unsafe.Sizeof(counters{})%cacheLine]byte
 }
 
+// ruleCounters are one rule's. Denied counts the enforced cohort only and
+// dryRunDenied the shadow cohort only; allowed counts both, and
+// shadowAllowed the shadow cohort's part of it.
 type ruleCounters struct {
-	allowed, denied, dryRunDenied, keyErrors, backendErrors atomic.Uint64
+	allowed, denied, dryRunDenied, keyErrors, backendErrors, shadowAllowed atomic.Uint64
 }
 
 // ruleStripe is one rule's counters in one stripe, padded like statStripe.
@@ -430,6 +464,10 @@ func (m *Middleware) compile(r *Rule, where string, defKey KeyFunc, names map[st
 	}
 	names[r.Name] = true
 	ru := rule{name: r.Name, method: strings.ToUpper(r.Method), tier: r.Tier, key: r.Key, remUnknown: r.RemainingUnknown}
+	var err error
+	if ru.cohort, err = newCohort(r, m.dryRun, where); err != nil {
+		return rule{}, err
+	}
 	if ru.key == nil {
 		ru.key = defKey
 	}
@@ -607,6 +645,9 @@ type applied struct {
 	err   error   // backend error, if any
 	taken bool    // d came from a take (else from a peek)
 	pol   *policy // the rule's advertised policy for d (set by timing)
+	// shadow: the rule decides this key in shadow (Rule.DryRun, or the
+	// key outside Rule.EnforcePercent): it refuses nothing.
+	shadow bool
 }
 
 // serve runs one request through its phases: exemption, matching, keys,
@@ -649,17 +690,43 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		h[hdrExpose] = append(h[hdrExpose], exposeValue)
 	}
 	if denied < 0 {
-		m.counters(s).allowed.Add(1)
-		for i := range as {
-			m.ruleCounters(s, as[i].ru).allowed.Add(1)
-			if m.observe != nil || as[i].err != nil {
-				m.report(r, s, &as[i], OutcomeAllowed, as[i].err, start)
-			}
-		}
-		m.pass(w, r, next, setHeaders(h, w, as, m.upstream, expose))
+		m.admit(w, r, next, s, as, start, expose)
 		return
 	}
-	m.refuse(w, r, next, s, as, denied, start, expose)
+	m.refuse(w, r, s, as, start, denied, expose)
+}
+
+// admit counts and passes on a request that no enforcing rule refused. A
+// rule in shadow that refused it counts it as DryRunDenied (and so does
+// the Middleware); a rule that admitted it but took nothing (a shadow
+// rule left alone because another would refuse: see Options.MatchAll)
+// does not count it.
+func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time, expose bool) {
+	would := false
+	for i := range as {
+		a := &as[i]
+		rc := m.ruleCounters(s, a.ru)
+		switch {
+		case !a.d.Allowed: // a shadow rule's refusal (decide)
+			would = true
+			rc.dryRunDenied.Add(1)
+			m.report(r, s, a, OutcomeDryRunDenied, a.err, start)
+		case a.taken:
+			rc.allowed.Add(1)
+			if a.shadow {
+				rc.shadowAllowed.Add(1)
+			}
+			if m.observe != nil || a.err != nil {
+				m.report(r, s, a, OutcomeAllowed, a.err, start)
+			}
+		}
+	}
+	if would {
+		m.counters(s).dryRunDenied.Add(1)
+	} else {
+		m.counters(s).allowed.Add(1)
+	}
+	m.pass(w, r, next, setHeaders(w.Header(), w, as, m.upstream, expose))
 }
 
 // collect appends the rules that apply to r: the first match, every match
@@ -713,6 +780,7 @@ func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next ht
 		if a.ru.ns != "" {
 			a.nsKey = a.ru.ns + k
 		}
+		a.shadow = a.ru.cohort.shadowFor(k)
 	}
 	if fellBack {
 		m.counters(s).fallbacks.Add(1)
@@ -720,19 +788,30 @@ func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next ht
 	return true
 }
 
-// decide asks the backends and returns the index of the refusing rule
-// with the longest wait, or -1 if every rule admitted the request. With
-// several rules it checks all, then takes: a refusal by one consumes
-// nothing from the others. A take refused after a successful peek (a
-// concurrent request got there first) stops the takes; units taken from
-// the rules before it stay taken.
+// decide asks the backends and returns the index of the refusing
+// enforcing rule with the longest wait, or -1 if no enforcing rule
+// refused the request (a shadow rule's refusal is left in its applied
+// entry). With several rules it checks all, then takes: a refusal by one
+// consumes nothing from the others. A take refused after a successful
+// peek (a concurrent request got there first) stops the takes; units
+// taken from the rules before it stay taken.
+//
+// Shadow rules (applied.shadow) refuse nothing: the enforcing rules take
+// whenever none of them refused, and a shadow rule takes only while no
+// rule refused or would refuse (Options.MatchAll), keeping the peek's
+// decision otherwise.
 func decide(ctx context.Context, as []applied) int {
 	denied := -1
+	would := false // some rule, shadow or not, refused
 	if len(as) > 1 {
 		for i := range as {
 			a := &as[i]
 			a.d, a.err = a.ru.peek(ctx, a.nsKey)
-			if !a.d.Allowed && (denied < 0 || a.d.RetryAfter > as[denied].d.RetryAfter) {
+			if a.d.Allowed {
+				continue
+			}
+			would = true
+			if !a.shadow && (denied < 0 || a.d.RetryAfter > as[denied].d.RetryAfter) {
 				denied = i
 			}
 		}
@@ -740,11 +819,17 @@ func decide(ctx context.Context, as []applied) int {
 	if denied < 0 {
 		for i := range as {
 			a := &as[i]
+			if a.shadow && would {
+				continue
+			}
 			a.d, a.err = a.ru.take(ctx, a.nsKey)
 			a.taken = true
 			if !a.d.Allowed {
-				denied = i
-				break
+				if !a.shadow {
+					denied = i
+					break
+				}
+				would = true
 			}
 		}
 	}
@@ -766,34 +851,26 @@ func (m *Middleware) pass(w http.ResponseWriter, r *http.Request, next http.Hand
 	lw.finish()
 }
 
-// refuse answers a request some rule refused (or passes it on in dry-run
-// mode). Only the refusing rules count and report it; the others consumed
-// nothing.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, denied int, start time.Time, expose bool) {
-	outcome := OutcomeDenied
-	if m.dryRun {
-		outcome = OutcomeDryRunDenied
-	}
+// refuse answers a request an enforcing rule refused. Only the refusing
+// rules count and report it (a shadow one as DryRunDenied); the others
+// consumed nothing.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s uint32, as []applied, start time.Time, denied int, expose bool) {
 	for i := range as {
 		a := &as[i]
 		if a.d.Allowed {
 			continue
 		}
 		rc := m.ruleCounters(s, a.ru)
-		if m.dryRun {
+		if a.shadow {
 			rc.dryRunDenied.Add(1)
-		} else {
-			rc.denied.Add(1)
+			m.report(r, s, a, OutcomeDryRunDenied, a.err, start)
+			continue
 		}
-		m.report(r, s, a, outcome, a.err, start)
+		rc.denied.Add(1)
+		m.report(r, s, a, OutcomeDenied, a.err, start)
 	}
 	h := w.Header()
 	lw := setHeaders(h, w, as, m.upstream, expose)
-	if m.dryRun {
-		m.counters(s).dryRunDenied.Add(1)
-		m.pass(w, r, next, lw)
-		return
-	}
 	lw.restore()
 	m.counters(s).denied.Add(1)
 	d := &as[denied]
@@ -817,7 +894,7 @@ func (m *Middleware) report(r *http.Request, s uint32, a *applied, o Outcome, er
 	if m.observe == nil {
 		return
 	}
-	m.observe(r, Event{Rule: a.ru.name, Outcome: o, Latency: time.Since(start), Err: err, Decision: a.d})
+	m.observe(r, Event{Rule: a.ru.name, Outcome: o, Latency: time.Since(start), Err: err, Decision: a.d, Shadow: a.shadow})
 }
 
 // take and peek call the owned engine directly (no interface call, no

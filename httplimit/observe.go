@@ -12,7 +12,7 @@ type Outcome uint8
 const (
 	OutcomeAllowed      Outcome = iota // admitted by the rule
 	OutcomeDenied                      // refused by the rule
-	OutcomeDryRunDenied                // would have been refused; passed on (DryRun)
+	OutcomeDryRunDenied                // would have been refused by a rule in shadow; passed on
 	OutcomeKeyError                    // the rule's key function failed
 )
 
@@ -44,11 +44,23 @@ type Event struct {
 	// failed or timed out) and Decision is its failure policy's answer.
 	Err      error
 	Decision engine.Decision
+	// Shadow says the rule decided this key in shadow (Rule.DryRun or
+	// Options.DryRun, or the key outside Rule.EnforcePercent): its
+	// refusals are OutcomeDryRunDenied. False with OutcomeKeyError (no
+	// key, no cohort). Count by (Rule, Shadow) to compare a canary's
+	// enforced cohort with its shadow cohort.
+	Shadow bool
 }
 
 // RuleStats counts what one rule decided. Under MatchAll a request counts
-// once in each rule that admitted it, and a refused one only in the rules
-// that refused it. BackendErrors also counts in the outcome it came with.
+// once in each rule that admitted it and took a unit, and a refused one
+// only in the rules that refused it. BackendErrors also counts in the
+// outcome it came with.
+//
+// The two cohorts (Rule.DryRun, Rule.EnforcePercent): Denied counts only
+// the enforced cohort's refusals and DryRunDenied only the shadow
+// cohort's would-be refusals; Allowed counts both cohorts, ShadowAllowed
+// the shadow cohort's part. Enforced and Shadow split them.
 type RuleStats struct {
 	Rule          string
 	Allowed       uint64
@@ -56,6 +68,29 @@ type RuleStats struct {
 	DryRunDenied  uint64
 	KeyErrors     uint64
 	BackendErrors uint64
+	ShadowAllowed uint64
+}
+
+// CohortStats counts one cohort's decisions of a rule.
+type CohortStats struct {
+	Allowed uint64
+	// Refused is what the cohort's rule refused (Denied) in the enforced
+	// cohort, and would have refused (DryRunDenied) in the shadow cohort.
+	Refused uint64
+}
+
+// Enforced returns the enforced cohort's counts: the keys the rule
+// enforces.
+func (s RuleStats) Enforced() CohortStats {
+	return CohortStats{Allowed: s.Allowed - s.ShadowAllowed, Refused: s.Denied}
+}
+
+// Shadow returns the shadow cohort's counts: the keys the rule decides
+// without refusing (Rule.DryRun, or outside Rule.EnforcePercent). Its
+// Refused over Allowed + Refused is the refusal rate the rule would have
+// there, comparable with Enforced's.
+func (s RuleStats) Shadow() CohortStats {
+	return CohortStats{Allowed: s.ShadowAllowed, Refused: s.DryRunDenied}
 }
 
 // RuleStats returns per-rule counters, in Options.Rules order, then the
@@ -73,6 +108,7 @@ func (m *Middleware) RuleStats() []RuleStats {
 			rs.DryRunDenied += c.dryRunDenied.Load()
 			rs.KeyErrors += c.keyErrors.Load()
 			rs.BackendErrors += c.backendErrors.Load()
+			rs.ShadowAllowed += c.shadowAllowed.Load()
 		}
 		out = append(out, rs)
 	}
