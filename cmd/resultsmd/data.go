@@ -22,6 +22,7 @@ const (
 	unitGC      = "gc-sec" // the benchmarks report gc-ns; benchfmt tidies ns to sec
 	unitTracked = "tracked/key"
 	unitAllocs  = "allocs/op"
+	unitBytes   = "B/op"
 	unitPerKey  = "sec/key" // AllowMany reports ns/key; benchfmt tidies ns to sec
 )
 
@@ -86,6 +87,35 @@ func parse(r io.Reader, name string) (*dataset, error) {
 	return d, nil
 }
 
+// split returns the scenarios of d for which in is true, and the others,
+// as two datasets; each lists only the implementations it has results of,
+// in d's order, and both keep d's configuration lines.
+func (d *dataset) split(in func(scenario string) bool) (yes, no *dataset) {
+	part := func(want bool) *dataset {
+		p := &dataset{samples: map[cell]map[string][]float64{}, config: d.config}
+		seenI := map[string]bool{}
+		for _, sc := range d.scenarios {
+			if in(sc) != want {
+				continue
+			}
+			p.scenarios = append(p.scenarios, sc)
+			for _, im := range d.impls {
+				if m, ok := d.samples[cell{sc, im}]; ok {
+					p.samples[cell{sc, im}] = m
+					seenI[im] = true
+				}
+			}
+		}
+		for _, im := range d.impls {
+			if seenI[im] {
+				p.impls = append(p.impls, im)
+			}
+		}
+		return p
+	}
+	return part(true), part(false)
+}
+
 func parseFile(path string) (*dataset, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -125,6 +155,16 @@ func (d *dataset) peers(ours ...string) []string {
 func contains(s []string, v string) bool {
 	for _, x := range s {
 		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// has reports whether impl has a sample of unit in some scenario.
+func (d *dataset) has(impl, unit string) bool {
+	for _, sc := range d.scenarios {
+		if len(d.samples[cell{sc, impl}][unit]) > 0 {
 			return true
 		}
 	}

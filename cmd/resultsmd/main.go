@@ -48,11 +48,24 @@ func printRatio(w io.Writer, path string) error {
 	if err != nil {
 		return err
 	}
+	mw, eng := d.split(isMiddleware)
+	n := 0
 	for _, base := range ours {
-		fmt.Fprintf(w, "\nTime per decision of each peer / %s (median sec/op of %s; above 1 = peer slower):\n\n", base, path)
-		if writeRatioTable(w, d, base) == 0 {
-			return fmt.Errorf("resultsmd: %s has no %s results: was it produced by the peer suite?", path, base)
+		if !eng.has(base, unitTime) {
+			continue
 		}
+		fmt.Fprintf(w, "\nTime per decision of each peer / %s (median sec/op of %s; above 1 = peer slower):\n\n", base, path)
+		n += writeRatioTable(w, eng, base)
+	}
+	for _, base := range oursMiddleware {
+		if !mw.has(base, unitTime) {
+			continue
+		}
+		fmt.Fprintf(w, "\nTime per request of each peer middleware / %s (median sec/op of %s; above 1 = peer slower):\n\n", base, path)
+		n += writeRatioTableOf(w, mw, base, mw.peers(oursMiddleware...))
+	}
+	if n == 0 {
+		return fmt.Errorf("resultsmd: %s has no results of %s: was it produced by the peer suite?", path, strings.Join(append(ours, oursMiddleware...), ", "))
 	}
 	return nil
 }
@@ -83,7 +96,11 @@ func writeReport(out, dir, fragDir, peersDir, label string) error {
 	fmt.Fprintln(w, "Every figure is the median of the runs in the files named above; `±` is benchstat's 95% confidence interval around it. A ratio is median(peer) / median(ours) from the same rounds: each round (one run of the test binary with -count=1) measures every implementation of a scenario in turn, so ours and the peers are measured side by side, and the rounds repeat that; above 1 the peer is slower. `allowed/op` is the fraction of decisions that admitted, so that \"allowed\" and \"denied\" scenarios can be checked. Windows are scaled down (microseconds to milliseconds) because a benchmark issues millions of decisions per second; see package bench/keyset for the profiles.")
 	fmt.Fprintln(w)
 
-	peers, perr := parseFile(filepath.Join(dir, "peers.txt"))
+	all, perr := parseFile(filepath.Join(dir, "peers.txt"))
+	var mw, peers *dataset
+	if perr == nil {
+		mw, peers = all.split(isMiddleware)
+	}
 	if perr == nil {
 		fmt.Fprintln(w, "## Ours vs peers")
 		fmt.Fprintln(w)
@@ -93,6 +110,10 @@ func writeReport(out, dir, fragDir, peersDir, label string) error {
 		fmt.Fprintln(w)
 		writeUnavailable(w, peersDir)
 		for _, base := range ours {
+			if !peers.has(base, unitTime) {
+				fmt.Fprintf(w, "### Ratio: peer time / %s time\n\nNot measured in this run (no %s results in peers.txt).\n\n", base, base)
+				continue
+			}
 			fmt.Fprintf(w, "### Ratio: peer time / %s time\n\n", base)
 			writeRatioTable(w, peers, base)
 			fmt.Fprintln(w)
@@ -122,6 +143,8 @@ func writeReport(out, dir, fragDir, peersDir, label string) error {
 	} else {
 		fmt.Fprintf(w, "## Ours vs peers\n\nNot measured in this run (%v).\n\n", perr)
 	}
+	writeMiddleware(w, mw, peersDir)
+	writeGateway(w, dir)
 
 	for _, f := range []struct{ file, title string }{
 		{"engine.txt", "Engine suite (benchstat)"},

@@ -10,9 +10,22 @@ import (
 const (
 	oursCounter = "slidelimit-counter"
 	oursLog     = "slidelimit-log"
+	oursGCRA    = "slidelimit-gcra"
 )
 
-var ours = []string{oursCounter, oursLog}
+// ours are the engine's implementations in the peer suite, each the base
+// of one ratio table; GCRA's peers by algorithm are x/time/rate (a token
+// bucket, which GCRA computes in one word) and throttled (GCRA).
+var ours = []string{oursCounter, oursLog, oursGCRA}
+
+// oursMiddleware are httplimit over each engine algorithm in
+// BenchmarkMiddleware; the others in those scenarios are peers'
+// middlewares.
+var oursMiddleware = []string{"httplimit-counter", "httplimit-log", "httplimit-gcra"}
+
+// isMiddleware tells BenchmarkMiddleware's scenarios from the bare
+// limiters' ones: they get their own section and tables.
+func isMiddleware(scenario string) bool { return strings.HasPrefix(short(scenario), "Middleware/") }
 
 func row(w io.Writer, cells ...string) {
 	fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
@@ -33,7 +46,12 @@ func short(scenario string) string { return strings.TrimPrefix(scenario, "Benchm
 // median divided by ours, then the geometric mean of each peer's ratios.
 // It returns the number of scenarios with a time for base.
 func writeRatioTable(w io.Writer, d *dataset, base string) int {
-	peers := d.peers(base)
+	return writeRatioTableOf(w, d, base, d.peers(base))
+}
+
+// writeRatioTableOf is writeRatioTable with the columns given: peers, in
+// that order.
+func writeRatioTableOf(w io.Writer, d *dataset, base string, peers []string) int {
 	cols := append([]string{"scenario", base + " (median)"}, peers...)
 	header(w, cols...)
 	logSum := make([]float64, len(peers))
