@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 			}
 			fmt.Printf("peer-%s: %s | %s | %s\n", im.Name, im.Algorithm, mod, bound)
 		}
+		for _, im := range MiddlewareImpls() {
+			fmt.Printf("peer-%s: %s | %s | middleware\n", im.Name, im.Algorithm, im.Module)
+		}
 	}
 	os.Exit(m.Run())
 }
