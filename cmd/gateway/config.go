@@ -70,6 +70,10 @@ type rateLimiting struct {
 	Redis           *redisFile   `yaml:"redis"`
 	Rules           []ruleConfig `yaml:"rules"`
 	Tiers           []tierConfig `yaml:"tiers"`
+	// StateFile keeps the in-memory rules' counts across restarts, written
+	// every StateIntervalMs and at shutdown (see state.go).
+	StateFile       string `yaml:"state_file"`
+	StateIntervalMs int64  `yaml:"state_interval_ms"`
 }
 
 // slidingWindow is the default policy and the engine settings every
@@ -84,6 +88,7 @@ type slidingWindow struct {
 	// do not inherit them.
 	Burst    *int `yaml:"burst"`
 	MaxLimit *int `yaml:"max_limit"`
+	rollout  `yaml:",inline"` // dry_run, enforce_percent: the default policy's
 }
 
 type ruleConfig struct {
@@ -114,6 +119,7 @@ type ruleConfig struct {
 	Backend        string `yaml:"backend"`
 	SyncIntervalMs int64  `yaml:"sync_interval_ms"` // hybrid only
 	MaxLease       int    `yaml:"max_lease"`        // hybrid only
+	rollout        `yaml:",inline"`
 }
 
 type tierConfig struct {
@@ -122,6 +128,7 @@ type tierConfig struct {
 	WindowSizeMs *int64   `yaml:"window_size_ms"`
 	MaxRequests  *int     `yaml:"max_requests"`
 	Algorithm    string   `yaml:"algorithm"`
+	rollout      `yaml:",inline"`
 }
 
 type keyBudgetFile struct {
@@ -264,6 +271,7 @@ type config struct {
 	proxy    proxyConfig
 	server   serverConfig
 	log      logConfig
+	state    stateConfig // read at start only
 }
 
 // backendSpec says how to build one rule's backend and when an existing
@@ -856,12 +864,16 @@ func (rl *rateLimiting) fill(c *config) error {
 			bs = memory(f, rc.Name, keyName, ec)
 		}
 		c.backends = append(c.backends, bs)
-		opts.Rules = append(opts.Rules, httplimit.Rule{
+		ru := httplimit.Rule{
 			Name: rc.Name, Method: method, PathPrefix: rc.PathPrefix, Tier: rc.Tier, Engine: ec, Key: key,
 			// A hybrid's Decision.Remaining is its node's lease, not the
 			// global quota's remaining.
 			RemainingUnknown: bs.kind == "hybrid",
-		})
+		}
+		if err := rc.rollout.apply(f, &ru); err != nil {
+			return err
+		}
+		opts.Rules = append(opts.Rules, ru)
 	}
 
 	tierOf := map[string]string{} // API key -> tier name
@@ -898,7 +910,11 @@ func (rl *rateLimiting) fill(c *config) error {
 		// A tier is a rule that matches its tier on every route, tried
 		// after the route rules: route limits (a login rule) bind every
 		// tier, tier limits replace the default.
-		opts.Rules = append(opts.Rules, httplimit.Rule{Name: tc.Name, Tier: tc.Name, Engine: ec})
+		tr := httplimit.Rule{Name: tc.Name, Tier: tc.Name, Engine: ec}
+		if err := tc.rollout.apply(f, &tr); err != nil {
+			return err
+		}
+		opts.Rules = append(opts.Rules, tr)
 		c.backends = append(c.backends, memory(f, tc.Name, defKeyName, ec))
 	}
 	for i, rc := range rl.Rules {
@@ -937,6 +953,9 @@ func (rl *rateLimiting) fill(c *config) error {
 		return err
 	}
 	opts.Default = &httplimit.Rule{Name: "default", Engine: def}
+	if err := sw.rollout.apply(swp, opts.Default); err != nil {
+		return err
+	}
 	c.backends = append(c.backends, memory(swp, "default", defKeyName, def))
 
 	pf := rl.Preflight
@@ -961,6 +980,9 @@ func (rl *rateLimiting) fill(c *config) error {
 	}
 	opts.OnDeny = corsDeny(opts.OnDeny, rl.DenyCORSOrigins)
 	c.opts = opts
+	if c.state, err = rl.stateConfig(); err != nil {
+		return err
+	}
 	return nil
 }
 
