@@ -88,7 +88,9 @@ type slidingWindow struct {
 	// do not inherit them.
 	Burst    *int `yaml:"burst"`
 	MaxLimit *int `yaml:"max_limit"`
-	rollout  `yaml:",inline"` // dry_run, enforce_percent: the default policy's
+	// DryRun and EnforcePercent are the default policy's (see rollout).
+	DryRun         *bool    `yaml:"dry_run"`
+	EnforcePercent *float64 `yaml:"enforce_percent"`
 }
 
 type ruleConfig struct {
@@ -119,7 +121,9 @@ type ruleConfig struct {
 	Backend        string `yaml:"backend"`
 	SyncIntervalMs int64  `yaml:"sync_interval_ms"` // hybrid only
 	MaxLease       int    `yaml:"max_lease"`        // hybrid only
-	rollout        `yaml:",inline"`
+	// DryRun and EnforcePercent: shadow and canary (see rollout).
+	DryRun         *bool    `yaml:"dry_run"`
+	EnforcePercent *float64 `yaml:"enforce_percent"`
 }
 
 type tierConfig struct {
@@ -128,7 +132,8 @@ type tierConfig struct {
 	WindowSizeMs *int64   `yaml:"window_size_ms"`
 	MaxRequests  *int     `yaml:"max_requests"`
 	Algorithm    string   `yaml:"algorithm"`
-	rollout      `yaml:",inline"`
+	DryRun         *bool    `yaml:"dry_run"`         // see rollout
+	EnforcePercent *float64 `yaml:"enforce_percent"` // see rollout
 }
 
 type keyBudgetFile struct {
@@ -870,7 +875,7 @@ func (rl *rateLimiting) fill(c *config) error {
 			// global quota's remaining.
 			RemainingUnknown: bs.kind == "hybrid",
 		}
-		if err := rc.rollout.apply(f, &ru); err != nil {
+		if err := rollout(f, rc.DryRun, rc.EnforcePercent, &ru); err != nil {
 			return err
 		}
 		opts.Rules = append(opts.Rules, ru)
@@ -911,7 +916,7 @@ func (rl *rateLimiting) fill(c *config) error {
 		// after the route rules: route limits (a login rule) bind every
 		// tier, tier limits replace the default.
 		tr := httplimit.Rule{Name: tc.Name, Tier: tc.Name, Engine: ec}
-		if err := tc.rollout.apply(f, &tr); err != nil {
+		if err := rollout(f, tc.DryRun, tc.EnforcePercent, &tr); err != nil {
 			return err
 		}
 		opts.Rules = append(opts.Rules, tr)
@@ -953,7 +958,7 @@ func (rl *rateLimiting) fill(c *config) error {
 		return err
 	}
 	opts.Default = &httplimit.Rule{Name: "default", Engine: def}
-	if err := sw.rollout.apply(swp, opts.Default); err != nil {
+	if err := rollout(swp, sw.DryRun, sw.EnforcePercent, opts.Default); err != nil {
 		return err
 	}
 	c.backends = append(c.backends, memory(swp, "default", defKeyName, def))
