@@ -127,11 +127,11 @@ type ruleConfig struct {
 }
 
 type tierConfig struct {
-	Name         string   `yaml:"name"`
-	APIKeys      []string `yaml:"api_keys"`
-	WindowSizeMs *int64   `yaml:"window_size_ms"`
-	MaxRequests  *int     `yaml:"max_requests"`
-	Algorithm    string   `yaml:"algorithm"`
+	Name           string   `yaml:"name"`
+	APIKeys        []string `yaml:"api_keys"`
+	WindowSizeMs   *int64   `yaml:"window_size_ms"`
+	MaxRequests    *int     `yaml:"max_requests"`
+	Algorithm      string   `yaml:"algorithm"`
 	DryRun         *bool    `yaml:"dry_run"`         // see rollout
 	EnforcePercent *float64 `yaml:"enforce_percent"` // see rollout
 }
