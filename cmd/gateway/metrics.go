@@ -27,6 +27,7 @@ type metrics struct {
 	reloads        *prometheus.CounterVec
 	connsRefused   *prometheus.CounterVec
 	connsEvicted   *prometheus.CounterVec
+	cohorts        *cohortDecisions // decisions by rollout cohort (cohortmetrics.go)
 }
 
 // ruleEngine is one rule's in-memory limiter.
@@ -78,7 +79,8 @@ func newMetrics(inflight func() float64, src limiterSource) *metrics {
 	for _, r := range []string{"ok", "error"} {
 		m.reloads.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.limits, m.upstreamErrors, m.reloads, m.connsRefused, m.connsEvicted,
+	m.cohorts = newCohortDecisions()
+	m.reg.MustRegister(m.cohorts.vec, m.limits, m.upstreamErrors, m.reloads, m.connsRefused, m.connsEvicted,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "slidelimit_gateway_requests_in_flight",
 			Help: "Requests being served now.",
@@ -100,7 +102,8 @@ func (m *metrics) handler() http.Handler {
 // and the throttle of its backend-failure log lines.
 type ruleMetrics struct {
 	*promlimit.Rule
-	errLog logThrottle // backend failures: one log line per interval
+	cohort *cohortCounters // Observe (cohortmetrics.go) counts into both
+	errLog logThrottle     // backend failures: one log line per interval
 }
 
 // logThrottle lets one log line through per errLogInterval and counts the
@@ -129,14 +132,17 @@ func (l *logThrottle) tick(now time.Time) (int64, bool) {
 // renamed by a reload), so /metrics lists the running configuration's
 // rules only. A retiring generation may still count into the deleted
 // children; those counts are not exported.
-func (m *metrics) retain(names []string) { m.limits.Retain(names) }
+func (m *metrics) retain(names []string) {
+	m.limits.Retain(names)
+	m.cohorts.retain(names)
+}
 
 // forRules returns the series of the named rules, made if new.
 func (m *metrics) forRules(names []string) map[string]*ruleMetrics {
 	rules := m.limits.Rules(names)
 	out := make(map[string]*ruleMetrics, len(rules))
 	for n, r := range rules {
-		out[n] = &ruleMetrics{Rule: r}
+		out[n] = &ruleMetrics{Rule: r, cohort: m.cohorts.forRule(n)}
 	}
 	return out
 }
