@@ -7,6 +7,9 @@
 #   make compare     ours vs peers in interleaved rounds, out/bench/peers.txt, ratio table
 #   make profile     out/cpu.pprof, out/mem.pprof of a representative scenario
 #   make trace       out/trace.out of the same scenario
+#   make bench-gateway  bin/gateway vs nginx (limit_req) in front of one
+#                    upstream, wrk at 1 and 32 connections in interleaved
+#                    rounds, out/bench/gateway.txt (bench/gateway-vs-nginx.sh)
 #   make results     all of the above at RESULTS_* settings, then RESULTS.md
 BENCH_DIR      ?= out/bench
 BENCH_BASELINE ?= bench/baseline.txt
@@ -23,6 +26,9 @@ RESULTS_LABEL  ?=
 # (other components append here; run from the recipe, so order of
 # inclusion of mk/*.mk does not matter).
 RESULTS_DEPS   +=
+GATEWAY_ROUNDS   ?= 5
+GATEWAY_DURATION ?= 5s
+GATEWAY_CONNS    ?= 1 32
 PROFILE_BENCH  ?= ^BenchmarkAllow$$/^counter$$/^keys=100k$$/^zipf$$
 
 # Single-goroutine benchmarks run at the default GOMAXPROCS; only the
@@ -32,7 +38,7 @@ PROFILE_BENCH  ?= ^BenchmarkAllow$$/^counter$$/^keys=100k$$/^zipf$$
 # distance-to-floor ratios compare scenarios measured side by side.
 BENCH_SERIAL   := ^Benchmark(Allow|AllowN|AllowMany|Peek|NewKeys|Floor)$$/^(counter|log|gcra|heap)$$
 BENCH_PARALLEL := ^BenchmarkAllowParallel$$
-PEERS_SERIAL   := ^Benchmark(Allow|AllowLimit|AllowN|Peek|NewKeys)$$
+PEERS_SERIAL   := ^Benchmark(Allow|AllowLimit|AllowN|Peek|NewKeys|Middleware)$$
 
 # $(call bench-run,DIR,REGEX,FLAGS,OUT): run one benchmark invocation in DIR,
 # append its output to OUT and the exact command to commands.txt, and fail
@@ -59,7 +65,7 @@ define bench-rounds
 	done
 endef
 
-.PHONY: bench benchstat bench-baseline compare profile trace results bench-big bench-smoke
+.PHONY: bench benchstat bench-baseline compare profile trace results bench-big bench-smoke bench-gateway
 
 ## bench: the engine suite and the floor in $(BENCH_COUNT) rounds, to out/bench/engine.txt.
 bench:
@@ -90,6 +96,15 @@ compare:
 	$(call bench-rounds,bench/peers,$(PEERS_SERIAL),-benchtime=$(COMPARE_TIME),$(COMPARE_COUNT),$(BENCH_DIR)/peers.txt)
 	$(call bench-rounds,bench/peers,$(BENCH_PARALLEL),-cpu=$(BENCH_CPU) -benchtime=$(COMPARE_TIME),$(COMPARE_COUNT),$(BENCH_DIR)/peers.txt)
 	$(GO) run -C cmd/resultsmd . -ratio $(abspath $(BENCH_DIR))/peers.txt
+
+## bench-gateway: bin/gateway against nginx with limit_req in front of the same upstream (wrk; nginx and wrk installed from Debian when absent and root, a loud skip otherwise), to out/bench/gateway.txt.
+bench-gateway: gateway
+	@mkdir -p $(BENCH_DIR)
+	@echo "ROUNDS=$(GATEWAY_ROUNDS) DURATION=$(GATEWAY_DURATION) CONNS=\"$(GATEWAY_CONNS)\" bench/gateway-vs-nginx.sh $(BENCH_DIR)/gateway.txt" | tee -a $(BENCH_DIR)/commands.txt
+	ROUNDS=$(GATEWAY_ROUNDS) DURATION=$(GATEWAY_DURATION) CONNS="$(GATEWAY_CONNS)" GATEWAY_BIN=$(GATEWAY_BIN) \
+		bash bench/gateway-vs-nginx.sh $(BENCH_DIR)/gateway.txt
+
+RESULTS_DEPS += bench-gateway
 
 ## profile: CPU and heap profiles of one representative scenario.
 profile:
