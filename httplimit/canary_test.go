@@ -159,6 +159,7 @@ func TestCanaryEnforcesItsShareOfKeysStably(t *testing.T) {
 			count++
 		}
 	}
+	t.Logf("%d of %d clients enforced at 5 %%", count, n)
 	if d := math.Abs(float64(count) - n*0.05); d > binomialBound(n, 0.05) {
 		t.Errorf("%d of %d clients enforced at 5 %%, want 500 +- %.0f", count, n, binomialBound(n, 0.05))
 	}
