@@ -35,6 +35,7 @@ type fileConfig struct {
 	Proxy        proxyFile    `yaml:"proxy"`
 	Server       serverFile   `yaml:"server"`
 	Log          logFile      `yaml:"log"`
+	Overload     overloadFile `yaml:"overload"`
 }
 
 type rateLimiting struct {
@@ -277,6 +278,7 @@ type config struct {
 	server   serverConfig
 	log      logConfig
 	state    stateConfig // read at start only
+	overload overloadConfig
 }
 
 // backendSpec says how to build one rule's backend and when an existing
@@ -431,6 +433,9 @@ func parseConfig(b []byte) (*config, error) {
 		return nil, err
 	}
 	if err := fc.RateLimiting.fill(c); err != nil {
+		return nil, err
+	}
+	if c.overload, err = fc.Overload.config(c, fc.RateLimiting.DenyCORSOrigins); err != nil {
 		return nil, err
 	}
 	return c, nil
