@@ -400,3 +400,7 @@ func (c *Counter) retry(prev, cur, n, L, e uint64) int64 {
 	}
 	return int64(2*W - e) // the window after next is empty
 }
+
+// Live reports whether w is a key's state (not Free, not Moved): a word a
+// restored snapshot may hold (package engine validates each one).
+func Live(w uint64) bool { return live(w) }

@@ -24,7 +24,15 @@ type Limiter struct {
 	setMu sync.Mutex
 
 	clock Clock // user clock, or nil for the engine's own (coarse)
-	epoch int64 // clock reading at New; the engine works in ns since then
+	// epoch is the clock reading the engine's times count from: New's
+	// reading, or (ReadFrom) the reading that puts the restored keys' times
+	// where the wall clock says they are (see snapshot.go). Written only by
+	// New and by ReadFrom (under sweepMu, which the background sweep takes
+	// before it reads the clock; no decision may run during ReadFrom).
+	epoch int64
+	// wall reads the wall clock as Unix ns for snapshots (nil:
+	// time.Now().UnixNano()); tests set it to inject a gap.
+	wall func() int64
 
 	stats *stats
 

@@ -452,3 +452,12 @@ func (r *Ring) ReadyAt(h uint64) uint32 {
 	last, _, _ := Unpack(h)
 	return last + r.wq + 1
 }
+
+// Valid reports whether h is the head word of a live ring of r's size: not
+// Dead, not being reset, next below the ring's size and a batch of 1 to
+// the size (package engine validates each head of a restored snapshot,
+// whose next indexes the ring).
+func (r *Ring) Valid(h uint64) bool {
+	_, next, batch := Unpack(h)
+	return live(h) && next < r.limit && batch >= 1 && batch <= r.limit
+}

@@ -1,0 +1,200 @@
+package shard
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"github.com/slidelimit/slidelimit/internal/keyhash"
+)
+
+// Snapshots (package engine's Limiter.WriteTo and ReadFrom) walk a table's
+// records in batches and insert records into a fresh table. A record is
+// identified by its hash, so a restored table must hash keys under the
+// same keyhash key (SetHasher); records are inserted by hash, so the
+// restoring table's shard count and layout may differ from the writer's.
+//
+// Consistency of a walk while the table serves: a batch is copied under
+// its shard's lock, so no record is freed, reused or moved while it is
+// read, and each record's words are read atomically (Flat: one State load;
+// Table: the head word, the ring, and the head again until the two head
+// loads agree). Requests still decide lock-free meanwhile: a batch holds
+// each key's state as of the moment the batch read it, and misses what
+// came after. A shard rebuilt between two of its batches is walked again
+// from its start (a key may then appear twice: the later copy was read
+// later, and a key's state only moves forward, so the restorer keeps the
+// last one).
+
+// Cursor is the position of a walk over a table's records: start with the
+// zero Cursor.
+type Cursor struct {
+	shard int
+	pos   int
+	gen   any // the shard's table (Flat) or index (Table) the position is in
+}
+
+// Hasher returns the table's key hash (its key goes into a snapshot).
+func (t *Flat) Hasher() keyhash.Hasher { return t.hasher }
+
+// SetHasher replaces the table's key hash. Only on a table that holds no
+// key and that no other goroutine uses yet (a table being restored).
+func (t *Flat) SetHasher(h keyhash.Hasher) { t.hasher = h }
+
+// Walk appends the hash and state word of the next live records to dst
+// (two words each, at most cap(dst)/2 records, at least one if any is
+// left) and returns it; an empty result means the walk is over. Each call
+// holds one shard's lock for one batch.
+func (t *Flat) Walk(c *Cursor, dst []uint64) []uint64 {
+	dst = dst[:0]
+	for c.shard < len(t.shards) {
+		s := &t.shards[c.shard]
+		s.Lock()
+		tab := s.tab.Load()
+		if c.gen != tab {
+			c.gen, c.pos = tab, 0 // rebuilt since the last batch: again from its start
+		}
+		for c.pos < len(tab.recs) && len(dst)+2 <= cap(dst) {
+			r := &tab.recs[c.pos]
+			c.pos++
+			h := r.Hash.Load()
+			if h <= hashTomb {
+				continue
+			}
+			// Under the lock nothing frees or moves r: a live hash has a
+			// live word, which requests change only by CAS, one load.
+			if w := r.State.Load(); w != t.free && w != t.moved {
+				dst = append(dst, h, w)
+			}
+		}
+		done := c.pos >= len(tab.recs)
+		s.Unlock()
+		if done {
+			c.shard, c.pos, c.gen = c.shard+1, 0, nil
+		}
+		if len(dst)+2 > cap(dst) {
+			return dst
+		}
+	}
+	return dst
+}
+
+// Restore gives hash h (a value Hash returns: above 1) the state word w
+// in a table being restored (no other goroutine uses it), replacing the
+// state of a hash already present. now is the restored table's time. It
+// returns false when the table has no room for another key.
+func (t *Flat) Restore(h, w uint64, now int64) bool {
+	s := &t.shards[h&t.mask]
+	s.Lock()
+	defer s.Unlock()
+	if rec := t.Find(s, h); rec != nil {
+		rec.State.Store(w)
+		return true
+	}
+	rec, _, ok := t.Claim(s, h, now)
+	if !ok {
+		return false
+	}
+	t.Publish(s, rec, h, w)
+	return true
+}
+
+// Hasher returns the table's key hash (its key goes into a snapshot).
+func (t *Table) Hasher() keyhash.Hasher { return t.hasher }
+
+// SetHasher is Flat.SetHasher for a Table.
+func (t *Table) SetHasher(h keyhash.Hasher) { t.hasher = h }
+
+// SlotsPer returns the ring slots per record (Config.SlotsPer).
+func (t *Table) SlotsPer() int { return int(t.slotsPer) }
+
+// Walk is Flat.Walk for a Table: each record is its hash, its state word
+// and then its SlotsPer ring ticks, two to a word (slot 2i in the low half
+// of word i), (SlotsPer+1)/2 words; dst must hold at least one record.
+// The state and the ring are read as one state: the state word is loaded
+// before and after the ring, and the ring is read again until the two
+// loads agree (package ring: every batch but the newest is in the ring
+// while the head names it, and a reader takes the newest from the head).
+// A ring being reset in place (Config.Transient) is waited for.
+func (t *Table) Walk(c *Cursor, dst []uint64) []uint64 {
+	dst = dst[:0]
+	per := 2 + (int(t.slotsPer)+1)/2
+	for c.shard < len(t.shards) {
+		s := &t.shards[c.shard]
+		s.Lock()
+		ix := s.index.Load()
+		if c.gen != ix {
+			c.gen, c.pos = ix, 0 // grown since the last batch: again from its start
+		}
+		for c.pos < len(ix.e) && len(dst)+per <= cap(dst) {
+			e := ix.e[c.pos].Load()
+			c.pos++
+			if e == 0 {
+				continue
+			}
+			rec, slots := t.Record(s, e&refMask-1)
+			dst = t.appendRecord(dst, rec, slots)
+		}
+		done := c.pos >= len(ix.e)
+		s.Unlock()
+		if done {
+			c.shard, c.pos, c.gen = c.shard+1, 0, nil
+		}
+		if len(dst)+per > cap(dst) {
+			return dst
+		}
+	}
+	return dst
+}
+
+// appendRecord appends rec's hash, state and ring (see Walk). Under the
+// shard's lock: the record holds its key throughout.
+func (t *Table) appendRecord(dst []uint64, rec *Record, slots []atomic.Uint32) []uint64 {
+	n := len(dst)
+	for spins := 0; ; spins++ {
+		dst = dst[:n]
+		w := rec.State.Load()
+		if t.transient != nil && t.transient(w) {
+			runtime.Gosched() // a request is rewriting the ring in place: wait for it
+			continue
+		}
+		dst = append(dst, rec.Hash.Load(), w)
+		for i := 0; i < len(slots); i += 2 {
+			v := uint64(slots[i].Load())
+			if i+1 < len(slots) {
+				v |= uint64(slots[i+1].Load()) << 32
+			}
+			dst = append(dst, v)
+		}
+		if rec.State.Load() == w {
+			return dst
+		}
+		if spins > 8 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// Restore is Flat.Restore for a Table: words is one record as Walk writes
+// it (hash, state, ring).
+func (t *Table) Restore(words []uint64, now int64) bool {
+	h := words[0]
+	s := &t.shards[h&t.mask]
+	s.Lock()
+	defer s.Unlock()
+	ref, found := t.Find(s, h)
+	if !found {
+		var ok bool
+		if ref, _, ok = t.Alloc(s, now); !ok {
+			return false
+		}
+	}
+	rec, slots := t.Record(s, ref)
+	rec.Hash.Store(h)
+	for i := range slots {
+		slots[i].Store(uint32(words[2+i/2] >> (32 * (i % 2))))
+	}
+	rec.State.Store(words[1])
+	if !found {
+		t.Insert(s, h, ref)
+	}
+	return true
+}
