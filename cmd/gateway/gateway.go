@@ -49,6 +49,7 @@ type gateway struct {
 
 	inflight inflight
 	abandon  atomic.Bool     // set when shutdown gave up on requests in flight: close must not wait for them
+	overload *overload       // the watcher and protective state (nil: none, as in tests that build a gateway alone)
 	total    httplimit.Stats // of released generations; guarded by mu
 }
 
@@ -272,7 +273,7 @@ func (g *gateway) build(c *config) (gen *generation, fresh []*resource, err erro
 			"max_requests", c.limit, "was", c.oldLimit, "burst", c.burst, "burst_was", c.oldBurst)
 	}
 	gen.proxy = newProxy(g.upstream, c, g.log, g.metrics)
-	gen.handler = gen.mw.Handler(gen.proxy)
+	gen.handler = g.overload.handler(c, gen.mw.Handler(gen.proxy))
 	return gen, fresh, nil
 }
 

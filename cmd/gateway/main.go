@@ -159,10 +159,13 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 	g = newGateway(u, log, nil)
 	g.server = c.server
 	g.metrics = newMetrics(func() float64 { return float64(g.inflight.count()) }, g)
+	g.overload = newOverload(g, log, g.metrics.reg) // before load: each generation's handler sheds through it
 	if err := g.load(c); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("config %s: %w", f.config, err)
 	}
 	closers = append(closers, g.close)
+	g.overload.start()
+	closers = append(closers, g.overload.close)
 	if f.pprof != "" {
 		adm, err := startAdmin(f.pprof, g)
 		if err != nil {
