@@ -300,3 +300,50 @@ func BenchmarkCohortHash(b *testing.B) {
 	}
 	_ = n
 }
+
+// TestSetLimitOnACanaryRuleAppliesToBothCohorts: SetLimit changes the
+// numbers every key of a canary rule is decided by, each key keeping its
+// cohort and its count.
+func TestSetLimitOnACanaryRuleAppliesToBothCohorts(t *testing.T) {
+	ec := logConfig(1, time.Minute, newClock())
+	ec.MaxLimit = 10
+	m := mustNew(t, Options{Key: Header("X-Api-Key"), Default: &Rule{Name: "canary", EnforcePercent: pctp(50), Engine: ec}})
+	var in, out string
+	for i := 0; in == "" || out == ""; i++ {
+		k := fmt.Sprintf("client-%05d", i)
+		if m.def.cohort.shadowFor(k) {
+			out = k
+		} else {
+			in = k
+		}
+	}
+	h := m.Handler(okHandler)
+	for _, k := range []string{in, out} {
+		serveRec(h, "GET", "/", "", map[string]string{"X-Api-Key": k})
+	}
+	if err := m.SetLimit("canary", 2); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key      string
+		code1    int
+		code2    int
+		rl1, rl2 string
+	}{
+		// Each used 1 of 2: one more passes, then the enforced key is
+		// refused and the shadow key passes, both at r=0.
+		{in, 200, 429, `"canary";r=0;t=60`, `"canary";r=0;t=60`},
+		{out, 200, 200, `"canary";r=0;t=60`, `"canary";r=0;t=60`},
+	} {
+		for j, w := range []struct {
+			code int
+			rl   string
+		}{{c.code1, c.rl1}, {c.code2, c.rl2}} {
+			rec := serveRec(h, "GET", "/", "", map[string]string{"X-Api-Key": c.key})
+			if rec.Code != w.code || rec.Header().Get("RateLimit") != w.rl || rec.Header().Get("RateLimit-Policy") != `"canary";q=2;w=60` {
+				t.Errorf("key %s request %d after SetLimit(2): %d %q %q, want %d %q q=2", c.key, j, rec.Code,
+					rec.Header().Get("RateLimit"), rec.Header().Get("RateLimit-Policy"), w.code, w.rl)
+			}
+		}
+	}
+}
