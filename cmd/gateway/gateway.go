@@ -50,6 +50,7 @@ type gateway struct {
 	inflight inflight
 	abandon  atomic.Bool     // set when shutdown gave up on requests in flight: close must not wait for them
 	overload *overload       // the watcher and protective state (nil: none, as in tests that build a gateway alone)
+	state    *stateKeeper    // rate_limiting.state_file (nil: none)
 	total    httplimit.Stats // of released generations; guarded by mu
 }
 
