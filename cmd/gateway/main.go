@@ -166,6 +166,12 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 	closers = append(closers, g.close)
 	g.overload.start()
 	closers = append(closers, g.overload.close)
+	// Restored before the listener serves: a limiter takes its state only
+	// while it has decided nothing.
+	if g.state, err = startState(c.state, g, log); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	closers = append(closers, g.state.close)
 	if f.pprof != "" {
 		adm, err := startAdmin(f.pprof, g)
 		if err != nil {
@@ -255,6 +261,7 @@ func shutdown(srv *http.Server, served <-chan error, g *gateway, timeout time.Du
 		// in flight. Give them the rest of the timeout.
 		err = waitIdle(sctx, &g.inflight)
 		if err == nil {
+			g.state.final() // nothing is being decided: the last snapshot is exact
 			g.close()
 			return nil
 		}
@@ -276,7 +283,9 @@ func shutdown(srv *http.Server, served <-chan error, g *gateway, timeout time.Du
 	}
 	// Handlers may still be running (a hijacked websocket is not closed
 	// by srv.Close); the limiters stay open under them, and close does
-	// not wait for them: the process is about to exit.
+	// not wait for them: the process is about to exit. They were decided
+	// when they started, so the snapshot still counts them.
+	g.state.final()
 	g.abandon.Store(true)
 	return fmt.Errorf("%w: %d dropped after %v", errDropped, len(dropped), timeout)
 }
