@@ -1,8 +1,19 @@
 package main
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slidelimit/slidelimit/httplimit"
 )
 
 // stateConfig is rate_limiting.state_file and state_interval_ms: where
@@ -44,4 +55,334 @@ func (rl *rateLimiting) stateConfig() (stateConfig, error) {
 		c.interval = time.Duration(v) * time.Millisecond
 	}
 	return c, nil
+}
+
+// stateKeeper keeps the in-memory rules' state in cfg.file: it restores
+// it at start (startState), writes it every cfg.interval while serving
+// and once more at shutdown (final), after the server stopped taking
+// requests and those in flight finished, so the last snapshot is exact.
+// Rules on Redis (backend redis or hybrid) keep their counts in Redis and
+// are not in it.
+//
+// Each write goes to cfg.file + ".tmp" (mode 0600: the snapshot holds the
+// limiters' key-hash secrets), is synced, renamed over cfg.file and the
+// directory synced: cfg.file is always a whole snapshot, the last one
+// written or the one before. A killed process loses the decisions made
+// since the last write that completed: at most one interval's (plus the
+// duration of the write in progress).
+//
+// A snapshot that cannot be restored whole (damaged, of another format,
+// or with rules that are gone or changed) is renamed aside to
+// cfg.file + ".rejected-<UTC time>" and kept, never deleted: the next
+// write starts a new cfg.file, and the old one stays for the operator.
+// If it cannot be renamed aside, nothing is written until restart, so a
+// snapshot that may be good is never overwritten by an emptier one.
+type stateKeeper struct {
+	cfg stateConfig
+	g   *gateway
+	log *slog.Logger
+
+	mu     sync.Mutex // serializes writes
+	frozen bool       // under mu: cfg.file could not be set aside; write nothing
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	errLog logThrottle // periodic write failures: one line per errLogInterval
+
+	lastTime, lastBytes, lastDuration prometheus.Gauge
+	writes                            *prometheus.CounterVec
+	restore                           *prometheus.GaugeVec
+}
+
+// Restore outcomes, the values of the restore metric's outcome label.
+const (
+	restoreRestored = "restored" // every rule of the snapshot was restored
+	restorePartial  = "partial"  // the file was whole, but some of its rules were gone or changed (they start empty)
+	restoreFailed   = "failed"   // unreadable, damaged or of another format: what came before the damage was restored
+	restoreAbsent   = "absent"   // no file: a first start
+)
+
+// startState restores the state in c.file into g's current generation
+// (which must not have served yet) and starts the periodic writes. With
+// no state_file it returns nil, on which every method does nothing. The
+// error is for a state_file that can never be written (its directory is
+// missing, or it is a directory); a snapshot that does not restore is
+// logged and the gateway starts empty.
+func startState(c stateConfig, g *gateway, log *slog.Logger) (*stateKeeper, error) {
+	if c.file == "" {
+		return nil, nil
+	}
+	const field = "rate_limiting.state_file"
+	dir := filepath.Dir(c.file)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
+		return nil, fmt.Errorf("%s: the directory %s: %w: %w", field, dir, err, errConfig)
+	}
+	if fi, err := os.Stat(c.file); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %s is not a regular file: %w", field, c.file, errConfig)
+	}
+	k := &stateKeeper{cfg: c, g: g, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	k.register(g.metrics.reg)
+	outcome := k.restoreFile()
+	for _, o := range []string{restoreRestored, restorePartial, restoreFailed, restoreAbsent} {
+		v := 0.0
+		if o == outcome {
+			v = 1
+		}
+		k.restore.WithLabelValues(o).Set(v)
+	}
+	if c.interval > 0 {
+		go k.loop()
+	} else {
+		close(k.done)
+	}
+	return k, nil
+}
+
+func (k *stateKeeper) register(reg *prometheus.Registry) {
+	k.lastTime = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "slidelimit_gateway_state_last_write_timestamp_seconds",
+		Help: "When the last state snapshot (rate_limiting.state_file) was written whole, in Unix seconds; 0 before the first.",
+	})
+	k.lastBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "slidelimit_gateway_state_last_write_bytes",
+		Help: "Size of the last state snapshot written.",
+	})
+	k.lastDuration = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "slidelimit_gateway_state_last_write_duration_seconds",
+		Help: "How long the last state snapshot took to write, sync and rename into place.",
+	})
+	k.writes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "slidelimit_gateway_state_writes_total",
+		Help: "State snapshot writes by result: ok, or error (the previous snapshot stays in place; the log says why).",
+	}, []string{"result"})
+	k.restore = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "slidelimit_gateway_state_restore",
+		Help: "1 for the outcome of restoring the state snapshot at start, 0 for the others: restored (every rule), partial (rules gone or changed start empty), failed (unreadable or damaged: set aside, rules after the damage start empty), absent (no snapshot).",
+	}, []string{"outcome"})
+	for _, r := range []string{"ok", "error"} {
+		k.writes.WithLabelValues(r)
+	}
+	reg.MustRegister(k.lastTime, k.lastBytes, k.lastDuration, k.writes, k.restore)
+}
+
+// restoreFile restores cfg.file into the current generation and returns
+// the outcome; one that is not restoreRestored or restoreAbsent sets the
+// file aside.
+func (k *stateKeeper) restoreFile() string {
+	f, err := os.Open(k.cfg.file)
+	if errors.Is(err, fs.ErrNotExist) {
+		k.log.Info("no state snapshot yet; the in-memory rules start empty", "state_file", k.cfg.file)
+		return restoreAbsent
+	}
+	if err != nil {
+		k.log.Error("state snapshot unreadable; the in-memory rules start empty", "state_file", k.cfg.file, "err", err.Error())
+		k.setAside()
+		return restoreFailed
+	}
+	defer f.Close()
+	var written time.Time
+	if fi, err := f.Stat(); err == nil {
+		written = fi.ModTime()
+	}
+	gen := k.g.cur.Load()
+	start := time.Now()
+	n, err := gen.mw.ReadFrom(bufio.NewReaderSize(f, 256<<10))
+	attrs := []any{"state_file", k.cfg.file, "bytes", n, "written", written.UTC().Format(time.RFC3339Nano),
+		"age", time.Since(written).Round(time.Millisecond).String(), "took", time.Since(start).Round(time.Millisecond).String()}
+	if err == nil {
+		k.log.Info("state restored", attrs...)
+		return restoreRestored
+	}
+	outcome := restorePartial
+	if !onlyRulesSkipped(err) {
+		outcome = restoreFailed
+	}
+	k.log.Error("state snapshot not restored whole: rules it names start empty where it says why", append(attrs, "outcome", outcome, "err", err.Error())...)
+	k.setAside()
+	return outcome
+}
+
+// onlyRulesSkipped reports whether every error joined in err is a rule
+// the snapshot had that this configuration could not take.
+func onlyRulesSkipped(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !errors.Is(e, httplimit.ErrRuleNotRestored) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, httplimit.ErrRuleNotRestored)
+}
+
+// setAside renames cfg.file to a name of its own beside it, never over
+// another file; on failure writes stop (frozen) so it is not overwritten.
+func (k *stateKeeper) setAside() {
+	base := k.cfg.file + ".rejected-" + time.Now().UTC().Format("20060102T150405.000Z")
+	aside := base
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(aside); errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		aside = fmt.Sprintf("%s-%d", base, i)
+	}
+	if err := os.Rename(k.cfg.file, aside); err != nil {
+		k.frozen = true
+		k.log.Error("could not set the state snapshot aside; no state is written until restart, so it is not overwritten",
+			"state_file", k.cfg.file, "err", err.Error())
+		return
+	}
+	_ = syncDir(filepath.Dir(k.cfg.file))
+	k.log.Warn("state snapshot set aside; the next write starts a new one", "state_file", k.cfg.file, "kept_as", aside)
+}
+
+// loop writes a snapshot every interval until stop.
+func (k *stateKeeper) loop() {
+	defer close(k.done)
+	t := time.NewTicker(k.cfg.interval)
+	defer t.Stop()
+	warned := false
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+		}
+		if gen := k.g.cur.Load(); gen != nil && gen.cfg.state != k.cfg && !warned {
+			warned = true
+			k.log.Warn("rate_limiting.state_file and state_interval_ms change only at restart; the state keeps its file and interval",
+				"state_file", k.cfg.file, "state_interval", k.cfg.interval.String())
+		}
+		if _, err := k.write(); err != nil {
+			if n, ok := k.errLog.tick(time.Now()); ok {
+				k.log.Error("writing the state snapshot failed; the previous one stays in place", "state_file", k.cfg.file,
+					"err", err.Error(), "failures_since_last_line", n)
+			}
+		}
+	}
+}
+
+// close stops the periodic writes without writing (a start that failed,
+// or after final). Safe on nil and more than once.
+func (k *stateKeeper) close() {
+	if k == nil {
+		return
+	}
+	k.once.Do(func() { close(k.stop) })
+	<-k.done
+}
+
+// final stops the periodic writes and writes the last snapshot; call it
+// once no request is being decided, before the limiters close.
+func (k *stateKeeper) final() {
+	if k == nil {
+		return
+	}
+	k.close()
+	n, err := k.write()
+	if err != nil {
+		k.log.Error("writing the state snapshot at shutdown failed; the previous one stays in place", "state_file", k.cfg.file, "err", err.Error())
+		return
+	}
+	k.log.Info("state written", "state_file", k.cfg.file, "bytes", n)
+}
+
+// errStateFrozen is write's error while the unrestorable snapshot could
+// not be set aside.
+var errStateFrozen = errors.New("state writes are off: the snapshot found at start could not be set aside")
+
+// write writes a snapshot of the current generation atomically.
+func (k *stateKeeper) write() (int64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.frozen {
+		k.writes.WithLabelValues("error").Inc()
+		return 0, errStateFrozen
+	}
+	start := time.Now()
+	n, err := k.writeFile()
+	if err != nil {
+		k.writes.WithLabelValues("error").Inc()
+		return n, err
+	}
+	d := time.Since(start)
+	k.writes.WithLabelValues("ok").Inc()
+	k.lastTime.Set(float64(time.Now().UnixNano()) / 1e9)
+	k.lastBytes.Set(float64(n))
+	k.lastDuration.Set(d.Seconds())
+	return n, nil
+}
+
+func (k *stateKeeper) writeFile() (n int64, err error) {
+	gen := holdCurrent(k.g)
+	if gen == nil {
+		return 0, errors.New("no configuration is loaded")
+	}
+	defer gen.refs.Add(-1)
+	tmp := k.cfg.file + ".tmp"
+	// A .tmp left by a process killed while writing is truncated and
+	// reused, so none piles up; 0600 because the snapshot holds the
+	// limiters' key-hash secrets (Chmod too: O_CREATE keeps an existing
+	// file's mode).
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("creating %s: %w", tmp, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		return 0, fmt.Errorf("chmod %s: %w", tmp, err)
+	}
+	// No buffer of our own: the middleware writes in 64 KiB chunks.
+	if n, err = gen.mw.WriteTo(f); err != nil {
+		return n, err
+	}
+	if err := f.Sync(); err != nil {
+		return n, fmt.Errorf("syncing %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return n, fmt.Errorf("closing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, k.cfg.file); err != nil {
+		return n, fmt.Errorf("renaming %s into place: %w", tmp, err)
+	}
+	// The rename is durable once the directory is synced.
+	if err := syncDir(filepath.Dir(k.cfg.file)); err != nil {
+		return n, fmt.Errorf("syncing the directory of %s: %w", k.cfg.file, err)
+	}
+	return n, nil
+}
+
+// holdCurrent is gateway.acquire that gives nil when no generation is
+// current (after close), so a write holds its generation's limiters open
+// against a reload's retirement.
+func holdCurrent(g *gateway) *generation {
+	for {
+		gen := g.cur.Load()
+		if gen == nil {
+			return nil
+		}
+		gen.refs.Add(1)
+		if g.cur.Load() == gen {
+			return gen
+		}
+		gen.refs.Add(-1)
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
