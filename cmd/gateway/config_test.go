@@ -268,13 +268,19 @@ func TestYAMLMergeOctalAndEmptyValuesRejected(t *testing.T) {
 		{"empty rule limit", minimal + "  rules:\n    - {name: login, path_prefix: /login, max_requests: , window_size_ms: 60000}\n",
 			"rate_limiting.rules[0].max_requests: is empty (line 7): give it a value, or remove the line for the default"},
 		{"explicit null", minimal + "proxy:\n  dial_timeout_ms: ~\n", "proxy.dial_timeout_ms: is empty"},
+		{"quoted percentage", minimal + "  rules:\n    - {name: login, path_prefix: /login, enforce_percent: \"5\"}\n",
+			`rate_limiting.rules[0].enforce_percent: must be a number, got str "5" (line 7)`},
+		{"hex percentage", minimal + "  rules:\n    - {name: login, path_prefix: /login, enforce_percent: 0x10}\n",
+			`rate_limiting.rules[0].enforce_percent: must be a decimal integer, got "0x10"`},
+		{"nan percentage", minimal + "  rules:\n    - {name: login, path_prefix: /login, enforce_percent: .nan}\n",
+			`rate_limiting.rules[0].enforce_percent: must be a finite decimal number, got ".nan"`},
 	} {
 		_, err := parseConfig([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errConfig) {
 			t.Errorf("%s: %v\nwant %q", tc.name, err, tc.want)
 		}
 	}
-	for _, ok := range []string{"max_requests: 1_000", "max_requests: 0", "max_requests: +7"} {
+	for _, ok := range []string{"max_requests: 1_000", "max_requests: 0", "max_requests: +7", "max_requests: 10\n    enforce_percent: 2.5", "max_requests: 10\n    enforce_percent: 5"} {
 		_, err := parseConfig([]byte(strings.Replace(minimal, "max_requests: 10", ok, 1)))
 		if err != nil && strings.Contains(err.Error(), "decimal") {
 			t.Errorf("%s rejected as not decimal: %v", ok, err)

@@ -57,6 +57,8 @@ func checkScalars(n *yaml.Node, t reflect.Type, path string) error {
 		}
 	case reflect.Int, reflect.Int64, reflect.Int32:
 		return checkInt(n, t, path)
+	case reflect.Float64:
+		return checkFloat(n, path)
 	case reflect.Bool:
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
 			return fieldErr(path, "must be true or false, got %s (line %d)", describe(n), n.Line)
@@ -120,6 +122,24 @@ func checkInt(n *yaml.Node, t reflect.Type, path string) error {
 	}
 	if t.Kind() != reflect.Int64 && (v > math.MaxInt32 || v < math.MinInt32) {
 		return fieldErr(path, "%d is out of range (line %d)", v, n.Line)
+	}
+	return nil
+}
+
+// checkFloat accepts a plain decimal number: an integer as checkInt takes
+// it, or a finite float. yaml.v3 alone turns the string "5" into a decode
+// error that names only a line, reads 0x10 as 16 and .nan or .inf as
+// numbers that no percentage check downstream expects.
+func checkFloat(n *yaml.Node, path string) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
+		return checkInt(n, reflect.TypeFor[int64](), path)
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!float" {
+		return fieldErr(path, "must be a number, got %s (line %d)", describe(n), n.Line)
+	}
+	v, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		return fieldErr(path, "must be a finite decimal number, got %q (line %d)", n.Value, n.Line)
 	}
 	return nil
 }
