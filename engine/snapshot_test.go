@@ -284,8 +284,8 @@ func TestWriteToWhileDecidingRestores(t *testing.T) {
 	}
 }
 
-// WriteTo and ReadFrom allocate nothing per key: as many allocations for
-// 20,000 keys as for 20.
+// WriteTo and ReadFrom allocate nothing per key: WriteTo as many
+// allocations for 20,000 keys as for 20, ReadFrom only the tables' growth.
 func TestSnapshotAllocatesNothingPerKey(t *testing.T) {
 	for _, cfg := range snapConfigs(nil) {
 		cfg.Limit, cfg.MaxKeys = 3, 100000
@@ -313,8 +313,9 @@ func TestSnapshotAllocatesNothingPerKey(t *testing.T) {
 		if w2 > w1+2 {
 			t.Errorf("%v: WriteTo allocates %v times for 20,000 keys, %v for 20", cfg.Algorithm, w2, w1)
 		}
-		// ReadFrom grows the tables (a few allocations per doubling).
-		if r2 > r1+200 {
+		// ReadFrom grows the tables as keys arrive: a few allocations per
+		// growth (x1.4) of each of the 4 shards, O(log keys), none per key.
+		if (r2-r1)/20000 > 0.02 {
 			t.Errorf("%v: ReadFrom allocates %v times for 20,000 keys, %v for 20", cfg.Algorithm, r2, r1)
 		}
 	}

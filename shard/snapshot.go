@@ -85,7 +85,11 @@ func (t *Flat) Restore(h, w uint64, now int64) bool {
 	s := &t.shards[h&t.mask]
 	s.Lock()
 	defer s.Unlock()
-	if rec := t.Find(s, h); rec != nil {
+	// Not Find: a walk writes each shard's keys in slot order, sorted by
+	// their home bucket, so a miss here probes to the end of the run the
+	// previous keys built; counted as churn (see "Key churn") those probes
+	// would rebuild the shard again and again.
+	if rec := s.tab.Load().find(h); rec != nil {
 		rec.State.Store(w)
 		return true
 	}
