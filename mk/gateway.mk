@@ -115,6 +115,38 @@ gateway-go-floor: testsummary
 	fi; set -o pipefail; cd cmd/gateway && GOTOOLCHAIN=$(GO_FLOOR) $(GO) test -json -count=1 ./... 2>&1 | \
 		$(TESTSUM) stream -step gateway-go-floor -about "$(ABOUT_gateway-go-floor)" -tick $(TICK_S)s -o $(TEST_OUT)/gateway-go-floor.jsonl
 
+## promtool-dep: install promtool (Debian's prometheus package) if it is not
+## on PATH, for gateway-alerts. The package also ships a Prometheus server
+## that systemd would start (port 9090): it is stopped and disabled, since
+## only promtool is wanted.
+promtool-dep:
+	@if command -v promtool >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" -ne 0 ]; then \
+		echo "*** promtool is missing and installing it needs root: the alert rule checks (gateway-alerts) will be SKIPPED."; \
+		echo "*** To run them: sudo apt-get update && sudo apt-get install -y --no-install-recommends prometheus"; \
+		mkdir -p $(TEST_OUT); echo "promtool not installed and not root: cmd/gateway/alerts.yml was neither checked (promtool check rules) nor unit-tested (promtool test rules alerts_test.yml); install Debian's prometheus package to run them" >> $(TEST_NOTES); \
+		exit 0; \
+	fi; \
+	echo "installing promtool (Debian package prometheus, ~15 s) for the alert rule checks"; \
+	DEBIAN_FRONTEND=noninteractive apt-get update && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus && \
+	command -v promtool && \
+	{ systemctl disable --now prometheus >/dev/null 2>&1 || true; }
+
+TEST_DEPS += promtool-dep
+
+## gateway-alerts (make test): promtool check rules on cmd/gateway/alerts.yml
+## and its unit tests (promtool test rules alerts_test.yml: series in,
+## alerts out), run by the gateway's Go test TestAlertRulesPassPromtool,
+## which skips, saying so, without promtool; and the check that every
+## metric the rules use is one the gateway exports.
+TEST_EXTRA += gateway-alerts
+ABOUT_gateway-alerts := promtool check rules and promtool test rules on the gateway's alerts.yml, and its metric names against the gateway's /metrics (a few seconds)
+.PHONY: promtool-dep gateway-alerts
+
+gateway-alerts: testsummary promtool-dep
+	$(call gotest,gateway-alerts,$(CURDIR)/cmd/gateway,-count=1 -run '^TestAlertRules' .)
+
 .PHONY: httplimit-bench-smoke
 ## httplimit-bench-smoke (make test): the middleware benchmarks once each, so
 ## none rots; no time is judged.
