@@ -48,6 +48,9 @@ CONNS=${CONNS:-"1 32"}
 WRK_THREADS=${WRK_THREADS:-1}
 GATEWAY_BIN=${GATEWAY_BIN:-bin/gateway}
 NGINX_WORKERS=${NGINX_WORKERS:-auto}
+PROFILE=${PROFILE:-}
+PROFILE_SECONDS=${PROFILE_SECONDS:-10}
+BASELINE_BIN=${BASELINE_BIN:-}
 
 skip() {
 	echo "*** bench-gateway SKIPPED: $*" >&2
@@ -73,11 +76,12 @@ fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/gateway-vs-nginx.XXXXXX")
 chmod 755 "$work"
 gwpid=
+basepid=
 cleanup() {
 	for conf in proxy upstream; do
 		if [ -f "$work/$conf.pid" ]; then kill -QUIT "$(cat "$work/$conf.pid")" 2>/dev/null || true; fi
 	done
-	if [ -n "$gwpid" ]; then kill -TERM "$gwpid" 2>/dev/null || true; wait "$gwpid" 2>/dev/null || true; fi
+	for pid in $gwpid $basepid; do kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 	sleep 0.2
 	rm -rf "$work"
 }
@@ -173,28 +177,44 @@ EOF
 
 nginx -p "$work" -c "$work/upstream.conf"
 nginx -p "$work" -c "$work/proxy.conf"
-"$GATEWAY_BIN" -config "$work/gateway.yaml" -listen 127.0.0.1:0 -upstream "http://127.0.0.1:$up_port" \
-	> "$work/gateway.log" 2> "$work/gateway.err" &
-gwpid=$!
-gw_url=
-for _ in $(seq 300); do
-	gw_url=$(sed -n 's/.*listening on \(http:[^,]*\),.*/\1/p' "$work/gateway.log")
-	[ -n "$gw_url" ] && break
-	kill -0 "$gwpid" 2>/dev/null || break
-	sleep 0.1
-done
-if [ -z "$gw_url" ]; then
-	echo "gateway-vs-nginx: the gateway did not start:" >&2
-	cat "$work/gateway.log" "$work/gateway.err" >&2
-	exit 1
+# start_gateway BIN NAME: runs BIN with the benchmark's config, sets
+# started_pid and started_url.
+start_gateway() {
+	local bin=$1 name=$2 u= extra=()
+	[ -n "$PROFILE" ] && [ "$name" = gateway ] && extra=(-pprof 127.0.0.1:0)
+	"$bin" -config "$work/gateway.yaml" -listen 127.0.0.1:0 -upstream "http://127.0.0.1:$up_port" "${extra[@]}" \
+		> "$work/$name.log" 2> "$work/$name.err" &
+	started_pid=$!
+	for _ in $(seq 300); do
+		u=$(sed -n 's/.*listening on \(http:[^,]*\),.*/\1/p' "$work/$name.log")
+		[ -n "$u" ] && break
+		kill -0 "$started_pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if [ -z "$u" ]; then
+		echo "gateway-vs-nginx: $bin did not start:" >&2
+		cat "$work/$name.log" "$work/$name.err" >&2
+		exit 1
+	fi
+	started_url=$u
+}
+start_gateway "$GATEWAY_BIN" gateway
+gwpid=$started_pid
+gw_url=$started_url
+targets=(direct nginx gateway)
+declare -A url=([direct]="http://127.0.0.1:$up_port/" [nginx]="http://127.0.0.1:$ng_port/" [gateway]="$gw_url/")
+if [ -n "$BASELINE_BIN" ]; then
+	start_gateway "$BASELINE_BIN" gateway-baseline
+	basepid=$started_pid
+	url[gateway-baseline]="$started_url/"
+	targets+=(gateway-baseline)
 fi
 
-declare -A url=([direct]="http://127.0.0.1:$up_port/" [nginx]="http://127.0.0.1:$ng_port/" [gateway]="$gw_url/")
 # get URL prints the body of a GET (curl or wget, whichever is there).
 get() {
 	if command -v curl >/dev/null 2>&1; then curl -fsS "$1"; else wget -qO- "$1"; fi
 }
-for t in direct nginx gateway; do
+for t in "${targets[@]}"; do
 	if ! body=$(get "${url[$t]}" 2>&1) || [ "$body" != ok ]; then
 		echo "gateway-vs-nginx: $t (${url[$t]}) does not answer ok: $body" >&2
 		cat "$work"/*.err >&2 || true
@@ -244,10 +264,10 @@ tmp=$OUT.partial
 } > "$tmp"
 
 echo "gateway-vs-nginx: upstream :$up_port, nginx :$ng_port, gateway $gw_url; warming up"
-for t in direct nginx gateway; do
+for t in "${targets[@]}"; do
 	for c in $CONNS; do measure "$t" "$c" 1s > /dev/null; done
 done
-order=(direct nginx gateway)
+order=("${targets[@]}")
 for r in $(seq "$ROUNDS"); do
 	echo "gateway-vs-nginx: round $r of $ROUNDS (${order[*]})"
 	for c in $CONNS; do
@@ -259,3 +279,14 @@ for r in $(seq "$ROUNDS"); do
 done
 mv "$tmp" "$OUT"
 echo "wrote $OUT"
+
+if [ -n "$PROFILE" ]; then
+	dbg=$(sed -n 's/.*debug endpoints on \(http:[^ ]*\/debug\/pprof\/\).*/\1/p' "$work/gateway.log")
+	last=${CONNS##* }
+	echo "gateway-vs-nginx: CPU profile of the gateway, ${PROFILE_SECONDS}s of wrk at $last connections, to $PROFILE"
+	wrk -t "$WRK_THREADS" -c "$last" -d "$((PROFILE_SECONDS + 2))s" "${url[gateway]}" > /dev/null &
+	wrkpid=$!
+	sleep 1
+	get "${dbg}profile?seconds=$PROFILE_SECONDS" > "$PROFILE"
+	wait "$wrkpid"
+fi

@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,7 +34,48 @@ func newTransport(pc proxyConfig) *http.Transport {
 	// requests under load and exhaust loopback ports.
 	tr.MaxIdleConns = 1024
 	tr.MaxIdleConnsPerHost = 1024
+	// The client's Accept-Encoding goes to the upstream as the client sent
+	// it, as nginx passes it. With compression enabled the transport would
+	// ask a client's uncompressed request for gzip, then inflate the
+	// answer on the gateway's CPU for a client that never wanted it.
+	tr.DisableCompression = true
+	// HTTP/1.1 to the upstream over a pool of connections, as nginx's
+	// proxy_http_version 1.1 with keepalive: DefaultTransport's forced
+	// HTTP/2 would put every client's requests to an https upstream on one
+	// connection, behind one another's flow control.
+	tr.ForceAttemptHTTP2 = false
 	return tr
+}
+
+// proxyBufSize is the size of the buffers ReverseProxy copies response
+// bodies through: its own default, 32 KiB.
+const proxyBufSize = 32 << 10
+
+// copyBuffers is every generation's ReverseProxy.BufferPool. Without one,
+// ReverseProxy allocates (and the collector then clears and frees) a
+// fresh 32 KiB buffer for every response, two thirds of the bytes a
+// proxied request allocated. A buffer is reused only after ReverseProxy
+// returned it, and only its first n bytes, just read from the upstream,
+// are ever written to a client, so no response sees another's data.
+var copyBuffers bufferPool
+
+// bufferPool is an httputil.BufferPool of proxyBufSize buffers, kept as
+// array pointers so that Put stores no new slice header (which would
+// allocate).
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if a, ok := b.p.Get().(*[proxyBufSize]byte); ok {
+		return a[:]
+	}
+	return new([proxyBufSize]byte)[:]
+}
+
+func (b *bufferPool) Put(buf []byte) {
+	if cap(buf) < proxyBufSize {
+		return // not one of ours
+	}
+	b.p.Put((*[proxyBufSize]byte)(buf[:proxyBufSize]))
 }
 
 // proxy is the upstream side of one generation: the reverse proxy, with
@@ -60,6 +102,7 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 			filterUpgrade(pr.Out.Header, p.pc.upgrades)
 		},
 		Transport:      tr,
+		BufferPool:     &copyBuffers,
 		ModifyResponse: p.watchResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status, kind := classifyUpstreamError(r, err)
@@ -767,8 +810,14 @@ func forwardedNode(a netip.Addr) string {
 
 // quoteForwarded writes a Forwarded value as a quoted-string. net/http has
 // already refused a Host with control characters; quotes and backslashes
-// are escaped anyway.
+// are escaped anyway. A host without either (every valid one) costs one
+// concatenation; the escaping replacer is built once, not per request
+// (building it allocated a 256-entry table each time).
 func quoteForwarded(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`)
-	return `"` + r.Replace(s) + `"`
+	if strings.IndexByte(s, '\\') < 0 && strings.IndexByte(s, '"') < 0 {
+		return `"` + s + `"`
+	}
+	return `"` + forwardedEscaper.Replace(s) + `"`
 }
+
+var forwardedEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
