@@ -387,3 +387,48 @@ func seriesValue(body, name string) float64 {
 	}
 	return -1
 }
+
+// TestPeriodicStateWritesRunBesideRequestsAndReloads (run it under
+// -race): snapshots written every 100 ms while requests are decided and
+// the configuration is reloaded each restore whole.
+func TestPeriodicStateWritesRunBesideRequestsAndReloads(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "state")
+	cfg := stateYAML(file, "  state_interval_ms: 100\n")
+	g, k, _ := stateGateway(t, cfg)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := httptest.NewRequest(http.MethodGet, "/x", nil)
+			r.RemoteAddr = "198.51.100." + strconv.Itoa(i%250) + ":40000"
+			g.ServeHTTP(httptest.NewRecorder(), r)
+		}
+	}()
+	for writes := 0.0; writes < 3; {
+		c, err := parseConfig([]byte(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.load(c); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		writes = testutilCounter(t, g.metrics, "slidelimit_gateway_state_writes_total", `result="ok"`)
+	}
+	close(stop)
+	<-done
+	if v := testutilCounter(t, g.metrics, "slidelimit_gateway_state_writes_total", `result="error"`); v != 0 {
+		t.Errorf("%v periodic writes failed", v)
+	}
+	k.final()
+	g2, _, log := stateGateway(t, cfg)
+	if v := testutilCounter(t, g2.metrics, "slidelimit_gateway_state_restore", `outcome="restored"`); v != 1 {
+		t.Errorf("the last snapshot does not restore whole:\n%s", log.String())
+	}
+}
