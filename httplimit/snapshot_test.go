@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -386,3 +387,85 @@ func fuzzOpts() (opts Options, ready *engine.Limiter) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// BenchmarkMiddlewareSnapshot measures the container's cost over the
+// engine's own snapshot: a counter rule of 1 M keys written and read
+// through the Middleware (framing, checksums, a 64 KiB chunk buffer) and
+// through the bare engine.Limiter.
+func BenchmarkMiddlewareSnapshot(b *testing.B) {
+	const keys = 1 << 20
+	cfg := engine.Config{Algorithm: engine.SlidingCounter, Limit: 100, Window: time.Hour, MaxKeys: keys}
+	m, err := New(Options{Default: &Rule{Name: "default", Engine: cfg}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	l := m.def.eng
+	key := make([]byte, 0, 16)
+	for i := 0; i < keys; i++ {
+		key = strconv.AppendInt(key[:0], int64(i), 10)
+		l.Allow(string(key))
+	}
+	var snap, engSnap bytes.Buffer
+	if _, err := m.WriteTo(&snap); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := l.WriteTo(&engSnap); err != nil {
+		b.Fatal(err)
+	}
+	perKey := func(b *testing.B) {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/keys, "ns/key")
+	}
+	b.Run("write/middleware/keys=1M", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(snap.Len()))
+		for b.Loop() {
+			if _, err := m.WriteTo(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perKey(b)
+	})
+	b.Run("write/engine/keys=1M", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(engSnap.Len()))
+		for b.Loop() {
+			if _, err := l.WriteTo(io.Discard); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perKey(b)
+	})
+	read := func(b *testing.B, data []byte, restore func(io.Reader) error) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if err := restore(bytes.NewReader(data)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perKey(b)
+	}
+	b.Run("read/middleware/keys=1M", func(b *testing.B) {
+		read(b, snap.Bytes(), func(r io.Reader) error {
+			m2, err := New(Options{Default: &Rule{Name: "default", Engine: cfg}})
+			if err != nil {
+				return err
+			}
+			defer m2.Close()
+			_, err = m2.ReadFrom(r)
+			return err
+		})
+	})
+	b.Run("read/engine/keys=1M", func(b *testing.B) {
+		read(b, engSnap.Bytes(), func(r io.Reader) error {
+			l2, err := engine.New(cfg)
+			if err != nil {
+				return err
+			}
+			defer l2.Close()
+			_, err = l2.ReadFrom(r)
+			return err
+		})
+	})
+}
