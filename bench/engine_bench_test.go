@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"flag"
+	"io"
 	"os"
 	"testing"
 	"time"
@@ -297,5 +299,70 @@ func BenchmarkNewKeys(b *testing.B) {
 			b.ReportMetric(float64(end.Overflow-start.Overflow)/ops, "overflow/op")
 			b.ReportMetric(float64(lim.Len()), "keys")
 		})
+	}
+}
+
+// BenchmarkSnapshot writes (WriteTo, to io.Discard) and restores (ReadFrom
+// into a new Limiter, whose New is not timed) a SlidingCounter snapshot of
+// n existing keys: 100k by default, 10M with -bench.big (the issue's
+// target: about 1 s each on the 2-core machine). The window is an hour, so
+// no key is idle and every one is written and restored. ns/key and
+// MB/s say the rate; allocs/op stays flat with n (nothing per key).
+func BenchmarkSnapshot(b *testing.B) {
+	ns := []int{100_000}
+	if *big {
+		ns = append(ns, 10_000_000)
+	}
+	for _, n := range ns {
+		cfg := engine.Config{Algorithm: engine.SlidingCounter, Limit: 100, Window: time.Hour,
+			MaxKeys: keyset.Capacity(n), MaxMemory: int64(keyset.Capacity(n))*64 + 256<<20, SweepInterval: time.Hour}
+		lim, err := engine.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keyset.Keys(n) {
+			lim.Allow(k)
+		}
+		keyset.Drop()
+		var snap bytes.Buffer
+		if _, err := lim.WriteTo(&snap); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("write/keys="+keyset.Size(n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(snap.Len()))
+			for b.Loop() {
+				if _, err := lim.WriteTo(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/key")
+		})
+		b.Run("read/keys="+keyset.Size(n), func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(snap.Len()))
+			var timed time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				y, err := engine.New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if _, err := y.ReadFrom(bytes.NewReader(snap.Bytes())); err != nil {
+					b.Fatal(err)
+				}
+				timed += time.Since(start)
+				b.StopTimer()
+				if y.Len() != n {
+					b.Fatalf("restored %d of %d keys", y.Len(), n)
+				}
+				_ = y.Close()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(timed.Nanoseconds())/float64(b.N)/float64(n), "ns/key")
+		})
+		_ = lim.Close()
 	}
 }

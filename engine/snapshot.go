@@ -49,7 +49,8 @@ const SnapshotVersion = 1
 //	  [96:128)  GCRA's virtual clock piece t0, t1, u0 and deepest bucket (else 0)
 //	  [128:132) words per record (2 for SlidingCounter and GCRA: hash,
 //	            state; SlidingLog: 2 + (MaxLimit+1)/2, its ring two ticks a word)
-//	  [132:136) 0
+//	  [132:136) keys the Limiter tracked at the start of the write (a
+//	            sizing hint for the restorer, capped by its MaxKeys)
 //	  [136:140) CRC-32C of bytes [0:136)
 //	blocks: a uint32 count n (1 to snapBlockRecords(words)), then n
 //	  records of 8 x words bytes; a count of 0 ends them
@@ -82,7 +83,12 @@ type snapshotter interface {
 	// valid reports whether rec is a record a table of this Config holds
 	// (a live state word whose fields the algorithm can index with).
 	valid(rec []uint64) bool
-	idle(w uint64, rel int64) (bool, int64)
+	// idleAt reports whether state word w holds nothing that counts at
+	// rel or later (the table's idle test, without its readyAt).
+	idleAt(w uint64, rel int64) bool
+	// presize makes room for keys keys (a hint, within the Config's
+	// bounds) in the unshared table.
+	presize(keys int)
 	// restore inserts rec into the (unshared) table at time rel; false:
 	// no room.
 	restore(rec []uint64, rel int64) bool
@@ -93,6 +99,8 @@ func (a *counterAlgo) setHasher(h keyhash.Hasher)                  { a.flat.SetH
 func (a *counterAlgo) recordWords() int                            { return 2 }
 func (a *counterAlgo) walk(c *shard.Cursor, dst []uint64) []uint64 { return a.flat.Walk(c, dst) }
 func (a *counterAlgo) valid(rec []uint64) bool                     { return rec[0] > 1 && atomiccounter.Live(rec[1]) }
+func (a *counterAlgo) idleAt(w uint64, rel int64) bool             { return a.counter.Idle(w, rel) }
+func (a *counterAlgo) presize(keys int)                            { a.flat.Presize(keys) }
 func (a *counterAlgo) restore(rec []uint64, rel int64) bool {
 	return a.flat.Restore(rec[0], rec[1], rel)
 }
@@ -102,6 +110,8 @@ func (a *gcraAlgo) setHasher(h keyhash.Hasher)                  { a.flat.SetHash
 func (a *gcraAlgo) recordWords() int                            { return 2 }
 func (a *gcraAlgo) walk(c *shard.Cursor, dst []uint64) []uint64 { return a.flat.Walk(c, dst) }
 func (a *gcraAlgo) valid(rec []uint64) bool                     { return rec[0] > 1 && gcra.Live(rec[1]) }
+func (a *gcraAlgo) idleAt(w uint64, rel int64) bool             { idle, _ := a.idle(w, rel); return idle }
+func (a *gcraAlgo) presize(keys int)                            { a.flat.Presize(keys) }
 func (a *gcraAlgo) restore(rec []uint64, rel int64) bool {
 	return a.flat.Restore(rec[0], rec[1], rel)
 }
@@ -111,7 +121,12 @@ func (a *logAlgo) setHasher(h keyhash.Hasher)                  { a.table.SetHash
 func (a *logAlgo) recordWords() int                            { return 2 + (a.table.SlotsPer()+1)/2 }
 func (a *logAlgo) walk(c *shard.Cursor, dst []uint64) []uint64 { return a.table.Walk(c, dst) }
 func (a *logAlgo) valid(rec []uint64) bool                     { return a.ring.Valid(rec[1]) }
-func (a *logAlgo) restore(rec []uint64, rel int64) bool        { return a.table.Restore(rec, rel) }
+func (a *logAlgo) idleAt(w uint64, rel int64) bool             { return a.ring.IsIdle(w, a.tick(rel)) }
+
+// presize does nothing: a Table allocates records in chunks as keys come
+// and its 4-byte index grows by doubling, a small part of a restore.
+func (a *logAlgo) presize(int)                          {}
+func (a *logAlgo) restore(rec []uint64, rel int64) bool { return a.table.Restore(rec, rel) }
 
 // wallNow reads the wall clock (Unix ns) for a snapshot.
 func (l *Limiter) wallNow() int64 {
@@ -133,6 +148,7 @@ type snapHeader struct {
 	wall, mono             int64
 	t0, t1, u0, deepest    int64
 	words                  uint32
+	keys                   uint32 // Len at the write: a sizing hint
 }
 
 func (h *snapHeader) encode(b []byte) {
@@ -148,7 +164,7 @@ func (h *snapHeader) encode(b []byte) {
 		le.PutUint64(b[80+8*i:], uint64(v))
 	}
 	le.PutUint32(b[128:], h.words)
-	le.PutUint32(b[132:], 0)
+	le.PutUint32(b[132:], h.keys)
 	le.PutUint32(b[136:], crc32.Checksum(b[:136], castagnoli))
 }
 
@@ -173,7 +189,7 @@ func (h *snapHeader) decode(b []byte) error {
 	if h.version > SnapshotVersion {
 		return fmt.Errorf("engine: snapshot version %d, this code reads up to %d: %w", h.version, SnapshotVersion, ErrSnapshotVersion)
 	}
-	if h.version == 0 || b[13] > 1 || b[14] > 1 || b[15] != 0 || le.Uint32(b[132:]) != 0 {
+	if h.version == 0 || b[13] > 1 || b[14] > 1 || b[15] != 0 {
 		return fmt.Errorf("engine: snapshot header fields out of range: %w", ErrSnapshotCorrupt)
 	}
 	h.alg, h.penalty, h.follows = Algorithm(b[12]), b[13] == 1, b[14] == 1
@@ -189,6 +205,7 @@ func (h *snapHeader) decode(b []byte) error {
 	}
 	h.wall, h.mono, h.t0, h.t1, h.u0, h.deepest = t[0], t[1], t[2], t[3], t[4], t[5]
 	h.words = le.Uint32(b[128:])
+	h.keys = le.Uint32(b[132:])
 	return nil
 }
 
@@ -280,6 +297,7 @@ func (l *Limiter) WriteTo(w io.Writer) (int64, error) {
 	h := l.fingerprint()
 	h.key = sn.hasher().Key()
 	h.wall, h.mono = l.wallNow(), rel
+	h.keys = uint32(min(l.Len(), 1<<32-1))
 	if a, ok := l.impl.(*gcraAlgo); ok {
 		r := a.rate.Load()
 		h.follows, h.t0, h.t1, h.u0, h.deepest = r.follows, r.t0, r.t1, r.u0, a.deepest.Load()
@@ -424,6 +442,9 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 		at, keep = min(at, gcraMaxTime/2), true
 	}
 
+	if keep {
+		sn.presize(int(h.keys))
+	}
 	words := int(h.words)
 	perBlock := snapBlockRecords(words)
 	buf := make([]byte, 8*words*perBlock)
@@ -454,7 +475,7 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 			}
 			total++
 			if keep {
-				if idle, _ := sn.idle(rec[1], at); !idle {
+				if !sn.idleAt(rec[1], at) {
 					sn.restore(rec, at) // false: no room; dropped (see the doc)
 				}
 			}

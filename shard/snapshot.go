@@ -77,6 +77,37 @@ func (t *Flat) Walk(c *Cursor, dst []uint64) []uint64 {
 	return dst
 }
 
+// Presize grows every shard's table to hold its share of keys keys (with
+// room for the spread of a random hash) at the load a rebuild leaves, so
+// that restoring that many keys rebuilds nothing: restored keys arrive in
+// slot order, and inserts in that order into a table near its growth load
+// probe long runs. Within MaxKeys and MaxBytes (a table that cannot grow
+// stays as it is). Only on a table being restored.
+func (t *Flat) Presize(keys int) {
+	keys = min(keys, int(t.capacity))
+	per := keys / len(t.shards)
+	per += 4*isqrt(per) + 16 // 4 sigma of a shard's share
+	for i := range t.shards {
+		s := &t.shards[i]
+		s.Lock()
+		if bucketsFor(int64(per)) > s.tab.Load().nb {
+			_, _ = t.rebuild(s, int64(per)) // errNoRoom: left to grow as keys come
+		}
+		s.Unlock()
+	}
+}
+
+// isqrt is the integer square root of n >= 0, rounded down.
+func isqrt(n int) int {
+	r := 0
+	for b := 1 << 30; b > 0; b >>= 1 {
+		if (r+b)*(r+b) <= n {
+			r += b
+		}
+	}
+	return r
+}
+
 // Restore gives hash h (a value Hash returns: above 1) the state word w
 // in a table being restored (no other goroutine uses it), replacing the
 // state of a hash already present. now is the restored table's time. It
