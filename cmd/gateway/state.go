@@ -144,7 +144,7 @@ func startState(c stateConfig, g *gateway, log *slog.Logger) (*stateKeeper, erro
 func (k *stateKeeper) register(reg *prometheus.Registry) {
 	k.lastTime = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "slidelimit_gateway_state_last_write_timestamp_seconds",
-		Help: "When the last state snapshot (rate_limiting.state_file) was written whole, in Unix seconds; 0 before the first.",
+		Help: "When the last state snapshot (rate_limiting.state_file) written whole was taken (its write began: every decision before then is in it), in Unix seconds; 0 before the first.",
 	})
 	k.lastBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "slidelimit_gateway_state_last_write_bytes",
@@ -311,7 +311,9 @@ func (k *stateKeeper) write() (int64, error) {
 	}
 	d := time.Since(start)
 	k.writes.WithLabelValues("ok").Inc()
-	k.lastTime.Set(float64(time.Now().UnixNano()) / 1e9)
+	// The snapshot's time is when its write began: every decision made
+	// before then is in it.
+	k.lastTime.Set(float64(start.UnixNano()) / 1e9)
 	k.lastBytes.Set(float64(n))
 	k.lastDuration.Set(d.Seconds())
 	return n, nil
