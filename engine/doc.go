@@ -109,12 +109,47 @@
 // # Keys and their identity
 //
 // Any string is a key (empty, 1 MB long, invalid UTF-8). A key's identity is
-// its 64-bit hash (hash/maphash under a random per-Limiter seed); the key
-// bytes are not stored. Two distinct keys share a state only if their
-// hashes collide: the chance that any two of 10 million keys do is about
-// 2.7 in a million (n^2/2^65), and nobody can aim a collision at a victim
-// without the seed (package internal/keyhash says why a seeded xxhash,
-// which has seed-independent collisions, would not do).
+// its 64-bit hash (SipHash-2-4, a keyed pseudorandom function, under a
+// random 128-bit key per Limiter); the key bytes are not stored. Two
+// distinct keys share a state only if their hashes collide: the chance
+// that any two of 10 million keys do is about 2.7 in a million
+// (n^2/2^65), and nobody can aim a collision at a victim without the hash
+// key (package internal/keyhash says why a seeded xxhash, which has
+// seed-independent collisions, would not do). The hash key is in every
+// snapshot (see below): a snapshot file is a secret.
+//
+// # Snapshots: state that survives a restart
+//
+// WriteTo writes every key's state, the hash key, the Config's
+// fingerprint and a CRC-32C; ReadFrom restores it into a new Limiter with
+// the same Config (Algorithm, Window, MaxLimit, MaxKeys, Penalty, and the
+// Limit and Burst in force), in this process or another, before it serves.
+// Guarantees:
+//
+//   - Exact when no decision runs during WriteTo (write at shutdown, after
+//     the listener stopped): the restored Limiter decides every later
+//     request as the writer would have had it kept running through the
+//     wall-clock gap between the write and the restore.
+//   - While serving, WriteTo misses only what each key admitted after its
+//     batch (up to 64 KiB of records, read under its shard's lock) was
+//     read, and keys created after that; no key is half-written.
+//   - Time: keys are aged by the wall-clock gap (wall clock at the write
+//     against the restore's). A wall clock that went back counts as a gap
+//     of 0 (keys keep all their counts): a restore never admits more than
+//     the limit would have. Restored keys are dated on the restoring
+//     Limiter's clock; a caller's explicit times (AllowAt) are that
+//     clock's readings (Now), as always.
+//   - Refusals: ErrSnapshotConfig (naming the field), ErrSnapshotCorrupt
+//     (truncated, bad checksum, garbage), ErrSnapshotVersion (a newer
+//     format), ErrSnapshotNotEmpty (the Limiter already tracks keys). On
+//     any error the Limiter is left as it was: usable, tracking no key.
+//     Memory a restore takes is bounded by the Config, never by the file.
+//   - Cost: 10 M SlidingCounter keys write in about 0.13 s and restore in
+//     about 1 s on the 2-core machine (package bench, BenchmarkSnapshot),
+//     through a 64 KiB buffer, nothing allocated per key.
+//
+// The snapshot holds the hash key: whoever reads it can craft keys that
+// collide with a victim's. Write it with mode 0600.
 //
 // # Memory bound and eviction
 //

@@ -119,7 +119,7 @@ import (
 // overflow while an idle key sits elsewhere in its shard; the sweep frees
 // it. Config.MaxBytes bounds the bytes of
 // the shards and their tables: a growth that would pass it is refused, and the new key overflows
-// (with keys spread evenly over shards by the seeded hash, MaxKeys binds
+// (with keys spread evenly over shards by the keyed hash, MaxKeys binds
 // first; MaxBytes only guards against skew). A rebuild briefly holds the
 // old and the new table of one shard.
 type Flat struct {
@@ -277,7 +277,7 @@ func (t *Flat) newTab(nb uint64) (*flatTab, error) {
 
 func (tab *flatTab) bytes() int64 { return tab.cost }
 
-// Hash returns key's hash under the table's seed (package keyhash), with 0
+// Hash returns key's hash under the table's key (package keyhash), with 0
 // and 1 (the empty and tombstone marks) mapped to 2 and 3.
 func (t *Flat) Hash(key string) uint64 {
 	h := t.hasher.Sum(key)

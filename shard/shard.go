@@ -1,5 +1,5 @@
 // Package shard holds the key tables: a key is hashed under a per-table
-// random seed, the hash picks one of a power-of-two number of shards, and
+// random key, the hash picks one of a power-of-two number of shards, and
 // each shard maps the hash to a record: a state word beside the key's hash.
 // There are two tables. Flat (SlidingCounter, GCRA) keeps the record in
 // the slot the hash probes to, so a decision reads one cache line; see its
@@ -11,12 +11,13 @@
 //
 // # Identity
 //
-// A key's identity is its 64-bit hash (package keyhash: hash/maphash under
-// a random per-table seed); the key bytes are not kept. Two keys collide
+// A key's identity is its 64-bit hash (package keyhash: SipHash-2-4 under
+// a random per-table 128-bit key, which a snapshot saves: Hasher,
+// SetHasher); the key bytes are not kept. Two keys collide
 // only if their 64-bit hashes are equal: with n keys the chance that any
 // two of them collide is about n^2 / 2^65, which is 2.7e-6 at 10 million
 // keys (they would then share one limit). Nobody can craft keys that
-// collide with a victim's without the seed; keyhash's doc says why seeded
+// collide with a victim's without the key; keyhash's doc says why seeded
 // xxhash, which this package used before, does not give that.
 //
 // # Layout, and why it is pointer-free
@@ -395,7 +396,7 @@ func newIndex(size int) *index {
 	return &index{e: make([]atomic.Uint32, size), mask: uint32(size - 1)}
 }
 
-// Hash returns the 64-bit hash of key under the table's seed (package
+// Hash returns the 64-bit hash of key under the table's key (package
 // keyhash). It does not allocate.
 func (t *Table) Hash(key string) uint64 { return t.hasher.Sum(key) }
 
