@@ -432,3 +432,38 @@ func TestPeriodicStateWritesRunBesideRequestsAndReloads(t *testing.T) {
 		t.Errorf("the last snapshot does not restore whole:\n%s", log.String())
 	}
 }
+
+// TestReloadThatMovesTheStateFileIsLoggedAndIgnored: state_file and
+// state_interval_ms are read at start; a reload that changes them says so
+// and the state keeps its file.
+func TestReloadThatMovesTheStateFileIsLoggedAndIgnored(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "state")
+	g, _, log := stateGateway(t, stateYAML(file, "  state_interval_ms: 100\n"))
+	c, err := parseConfig([]byte(stateYAML(filepath.Join(dir, "elsewhere"), "  state_interval_ms: 100\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.load(c); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(failAfter)
+	for !strings.Contains(log.String(), "change only at restart") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the moved state file:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for testutilCounter(t, g.metrics, "slidelimit_gateway_state_writes_total", `result="ok"`) < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic write")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Errorf("the state is not written to the file it started with: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "elsewhere")); !os.IsNotExist(err) {
+		t.Errorf("a reload moved the state file: %v", err)
+	}
+}
