@@ -386,10 +386,13 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // own times (AllowAt and friends) keep reading this Limiter's clock (Now),
 // as before: a time of the writer's clock means nothing here. If the wall clock reads earlier than at the write (it was
 // stepped back), the gap counts as 0: keys keep every count they had, so
-// the restore never admits more than the Limiter would have. A gap of 2^22
-// Windows or more (SlidingLog: 2^30 ticks; both over a month at a 1 s
-// Window) empties every key; GCRA's limiter time stops at 9 years past the
-// writer's (its keys then age less than the wall clock says).
+// the restore never admits more than the Limiter would have. A gap of
+// the wrap guard's span or more (SlidingCounter: 2^22 Windows, 48 days at
+// 1 s; SlidingLog: 2^30 ticks, at least two Windows) empties every key, as
+// the Limiter would have: none is restored, and the Limiter keeps its own
+// time. GCRA's time, as a running Limiter's, stops at 9 years (2^58 ns)
+// past its epoch: the gap is counted up to there (keys then age less than
+// the wall clock says, never more).
 // Stats (Allowed, Denied, ...) start from zero.
 //
 // Errors, and what l is left with: ErrSnapshotNotEmpty if l tracks keys
@@ -437,9 +440,15 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 		return cr.n, fmt.Errorf("engine: snapshot time %d: %w", h.mono, ErrSnapshotCorrupt)
 	}
 	at := satAdd(h.mono, gap)
-	keep := gap < l.guard // else every key is far past its window: all empty
+	// keep: the gap leaves keys that may count. Past the guard's span every
+	// key of a window algorithm is more than two Windows old (its newest
+	// time was at most a Window past the write); a writer's time past
+	// snapMaxTime is no running Limiter's (a clock 146 years on) and
+	// restores nothing either, so the epoch never moves that far.
+	keep := gap < l.guard && at <= snapMaxTime
 	if h.alg == GCRA {
-		at, keep = min(at, gcraMaxTime/2), true
+		at = min(at, gcraMaxTime/2)
+		keep = h.mono <= gcraMaxTime/2
 	}
 
 	if keep {
@@ -498,6 +507,9 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 	if n, _ := io.ReadFull(r, tb[:1]); n != 0 {
 		return cr.n + 1, fmt.Errorf("engine: bytes after the snapshot's end (%d): %w", cr.n, ErrSnapshotCorrupt)
 	}
+	if !keep {
+		at = -1 // nothing restored: keep the Limiter's own time
+	}
 	l.publishRestored(fresh, at)
 	return cr.n, nil
 }
@@ -532,8 +544,14 @@ func (l *Limiter) freshAlgo(h *snapHeader) (algo, error) {
 // publishRestored swaps the restored tables in and moves the epoch so that
 // the clock reads at (the writer's time plus the gap) now. Under setMu and
 // sweepMu. Every restored state is live at at (not idle), as after a sweep
-// at at: the wrap guard's next sweep is due a guard span later.
+// at at: the wrap guard's next sweep is due a guard span later. at < 0:
+// nothing was restored, and only the empty tables (with the snapshot's
+// hash key) are swapped in.
 func (l *Limiter) publishRestored(fresh algo, at int64) {
+	if at < 0 {
+		l.impl = fresh // empty; its tables' hash key is the snapshot's
+		return
+	}
 	clk := l.now()
 	if clk >= 0 || clk-minInt64 >= at {
 		l.epoch = clk - at
@@ -546,3 +564,7 @@ func (l *Limiter) publishRestored(fresh algo, at int64) {
 }
 
 const minInt64 = -1 << 63
+
+// snapMaxTime bounds a restored Limiter's time (ns since its epoch): 2^62,
+// 146 years, so that no time the engine adds to it saturates.
+const snapMaxTime = 1 << 62

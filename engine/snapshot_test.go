@@ -87,8 +87,10 @@ func TestSnapshotRestoreDecidesLikeTheLimiterThatNeverStopped(t *testing.T) {
 	}
 }
 
-// A client at 4 of 5 before the write gets 1 more after the restore, not 5;
-// and a gap longer than the window frees it. The restored clock reads the
+// A client at 4 of 5 before the write gets 1 more after the restore, not 5,
+// also when the wall clock went back (the gap counts as 0); a gap longer
+// than the window frees it, and so does one of 100 days (past the
+// counter's and the log's wrap guard: nothing is restored). The restored clock reads the
 // writer's time plus the gap.
 func TestSnapshotRestoreKeepsCountsAndAgesThemByTheWallGap(t *testing.T) {
 	for i := range snapConfigs(nil) {
@@ -106,14 +108,14 @@ func TestSnapshotRestoreKeepsCountsAndAgesThemByTheWallGap(t *testing.T) {
 		for _, c := range []struct {
 			gap  int64
 			want int
-		}{{0, 1}, {int64(100 * time.Millisecond), 1}, {-int64(time.Hour), 1}, {int64(2 * time.Second), 5}} {
+		}{{0, 1}, {int64(100 * time.Millisecond), 1}, {-int64(time.Hour), 1}, {int64(2 * time.Second), 5}, {int64(100 * 24 * time.Hour), 5}} {
 			cy := &fakeClock{}
 			y := newLimiter(t, snapConfigs(cy)[i])
 			y.wall = func() int64 { return 1e18 + c.gap }
 			if _, err := y.ReadFrom(bytes.NewReader(snap)); err != nil {
 				t.Fatal(err)
 			}
-			if got := y.rel(y.now()); c.gap >= 0 && got != c.gap {
+			if got := y.rel(y.now()); c.gap >= 0 && c.gap < int64(time.Hour) && got != c.gap {
 				t.Errorf("%v gap %v: the restored engine time is %v, want the writer's 0 plus the gap", x.Config().Algorithm, time.Duration(c.gap), time.Duration(got))
 			}
 			got := 0
@@ -349,4 +351,55 @@ func FuzzReadFrom(f *testing.F) {
 			l.AllowN("k"+strconv.Itoa(i), 2)
 		}
 	})
+}
+
+// A snapshot taken after SetLimit (and, for GCRA, SetBurst) restores into a
+// limiter set to the same limits, with GCRA's virtual clock piece: the
+// restored limiter decides as the writer does (0 mismatches).
+func TestSnapshotAfterSetLimitDecidesLikeTheWriter(t *testing.T) {
+	for i := range snapConfigs(nil) {
+		cx, cy := &fakeClock{}, &fakeClock{}
+		cx.t.Store(int64(time.Minute))
+		cfgX, cfgY := snapConfigs(cx)[i], snapConfigs(cy)[i]
+		cfgX.MaxLimit, cfgY.MaxLimit = 20, 20
+		x := newLimiter(t, cfgX)
+		defer x.Close()
+		snapTrace(x, cx, rand.New(rand.NewPCG(uint64(i), 3)), 200)
+		if err := x.SetLimit(3); err != nil {
+			t.Fatal(err)
+		}
+		snapTrace(x, cx, rand.New(rand.NewPCG(uint64(i), 4)), 200)
+		x.wall = func() int64 { return 1e18 }
+		var buf bytes.Buffer
+		if _, err := x.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		y := newLimiter(t, cfgY)
+		defer y.Close()
+		y.wall = func() int64 { return 1e18 + int64(250*time.Millisecond) }
+		if _, err := y.ReadFrom(bytes.NewReader(buf.Bytes())); !errors.Is(err, ErrSnapshotConfig) {
+			t.Fatalf("%v: restore at the Config's limit of a snapshot at SetLimit(3) = %v, want ErrSnapshotConfig", cfgX.Algorithm, err)
+		}
+		if err := y.SetLimit(3); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := y.ReadFrom(bytes.NewReader(buf.Bytes())); err != nil {
+			t.Fatalf("%v: %v", cfgX.Algorithm, err)
+		}
+		cx.t.Add(int64(250 * time.Millisecond))
+		dx := snapTrace(x, cx, rand.New(rand.NewPCG(uint64(i), 5)), 1500)
+		dy := snapTrace(y, cy, rand.New(rand.NewPCG(uint64(i), 5)), 1500)
+		mism, allowed := 0, 0
+		for j := range dx {
+			if dx[j] != dy[j] {
+				mism++
+			}
+			if dx[j] {
+				allowed++
+			}
+		}
+		if mism != 0 || allowed == 0 || allowed == len(dx) {
+			t.Errorf("%v: %d of %d decisions differ after the restore (%d admitted)", cfgX.Algorithm, mism, len(dx), allowed)
+		}
+	}
 }
