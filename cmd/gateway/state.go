@@ -66,10 +66,17 @@ func (rl *rateLimiting) stateConfig() (stateConfig, error) {
 //
 // Each write goes to cfg.file + ".tmp" (mode 0600: the snapshot holds the
 // limiters' key-hash secrets), is synced, renamed over cfg.file and the
-// directory synced: cfg.file is always a whole snapshot, the last one
-// written or the one before. A killed process loses the decisions made
-// since the last write that completed: at most one interval's (plus the
-// duration of the write in progress).
+// directory synced: cfg.file is always one whole snapshot, the last whose
+// write completed. A killed process (SIGKILL, a crash) loses the
+// decisions made after that snapshot was taken (when its write began):
+// at most one interval's plus one write's duration, while a write takes
+// less than the interval.
+//
+// A snapshot damaged part way (it cannot be, written this way, but disks
+// and operators can) restores the rules before the damage, each verified
+// whole by its own checksums, and the rest start empty: keeping a verified
+// count never admits more than the limit would have, starting it empty
+// can.
 //
 // A snapshot that cannot be restored whole (damaged, of another format,
 // or with rules that are gone or changed) is renamed aside to
@@ -107,7 +114,7 @@ const (
 // no state_file it returns nil, on which every method does nothing. The
 // error is for a state_file that can never be written (its directory is
 // missing, or it is a directory); a snapshot that does not restore is
-// logged and the gateway starts empty.
+// logged, set aside, and the rules it could not restore start empty.
 func startState(c stateConfig, g *gateway, log *slog.Logger) (*stateKeeper, error) {
 	if c.file == "" {
 		return nil, nil
