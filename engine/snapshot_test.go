@@ -403,3 +403,26 @@ func TestSnapshotAfterSetLimitDecidesLikeTheWriter(t *testing.T) {
 		}
 	}
 }
+
+// A record no table holds (a state word of a free or moved record, a ring
+// head whose next position lies outside the ring) is refused as corrupt
+// even under a valid checksum, before any decision could index with it.
+func TestReadFromRefusesRecordsNoTableHolds(t *testing.T) {
+	bad := map[Algorithm]uint64{
+		SlidingCounter: 1 << 20,                   // atomiccounter.Free
+		GCRA:           1 << 63,                   // not gcra.Live
+		SlidingLog:     7<<32 | 0xFFFE<<16 | 1<<0, // next 0xFFFE in a ring of 5
+	}
+	for _, cfg := range snapConfigs(nil) {
+		snap := validSnapshot(t, cfg)
+		// The first block's first record: its state word after its hash.
+		binary.LittleEndian.PutUint64(snap[snapHeaderSize+4+8:], bad[cfg.Algorithm])
+		binary.LittleEndian.PutUint32(snap[len(snap)-4:], crc32c(snap[:len(snap)-4]))
+		l := newLimiter(t, cfg)
+		if _, err := l.ReadFrom(bytes.NewReader(snap)); !errors.Is(err, ErrSnapshotCorrupt) {
+			t.Errorf("%v: a record of state %#x under a valid checksum: ReadFrom = %v, want ErrSnapshotCorrupt", cfg.Algorithm, bad[cfg.Algorithm], err)
+		}
+		checkEmptyAndUsable(t, l, cfg.Algorithm.String())
+		l.Close()
+	}
+}
