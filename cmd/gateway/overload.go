@@ -20,10 +20,16 @@ package main
 //     percentile, so it never claims a pause longer than one measured.
 //     Below gc_min_pauses (100) pauses in the window the GC reading
 //     counts as healthy: the 99th percentile of fewer than 100 pauses is
-//     their maximum, which one thread the OS left waiting on a busy host
-//     decides (measured on 2 busy cores: single pauses of 5 to 100 ms in
-//     a healthy process), and so few pauses stop the world for little of
-//     the window anyway.
+//     their maximum, which one thread the OS left waiting decides.
+//     Its threshold gc_pause_p99_ms is off by default; the design note's
+//     5 ms suits a host of the gateway's own. A pause is mostly the time
+//     to stop the world, which on a busy host is the time the OS takes to
+//     run every thread of the process once more: on 2 cores that other
+//     work kept busy (load average 9), a healthy gateway under -race
+//     measured GC pause p99s of 16 to 67 ms over windows of 200+ pauses,
+//     and 5.2 ms without -race, so a 5 ms default would shed on a busy but
+//     healthy machine. The reading is exported either way, and alerts.yml
+//     alerts on 5 ms held for 5 minutes.
 //   - Heap: the live heap (/gc/heap/live:bytes, what the last GC marked)
 //     against heap_budget_mb, or GOMEMLIMIT when that is 0. Live, not
 //     total: with GOMEMLIMIT and GOGC=off the total sits near the limit
@@ -84,7 +90,7 @@ type overloadFile struct {
 	IntervalMs      int64    `yaml:"interval_ms"`       // 1000
 	GCWindowMs      int64    `yaml:"gc_window_ms"`      // 10000
 	GCMinPauses     int      `yaml:"gc_min_pauses"`     // 100
-	GCPauseP99Ms    *float64 `yaml:"gc_pause_p99_ms"`   // 5; 0: off
+	GCPauseP99Ms    float64  `yaml:"gc_pause_p99_ms"`   // 0: off (the default)
 	HeapPercent     *float64 `yaml:"heap_percent"`      // 80; 0: off
 	HeapBudgetMB    int64    `yaml:"heap_budget_mb"`    // 0: GOMEMLIMIT
 	MaxInFlight     int      `yaml:"max_in_flight"`     // 0: off
@@ -97,13 +103,12 @@ type overloadFile struct {
 	Sheddable       []string `yaml:"sheddable"`         // rule and tier names, default, preflight
 }
 
-// Defaults of the overload section: the thresholds are the design note's
-// (GC pause p99 5 ms, heap 80 %).
+// Defaults of the overload section: the design note's heap threshold
+// (80 %); its GC pause p99 (5 ms) is left to the operator (see above).
 const (
 	defaultOverloadInterval = time.Second
 	defaultGCWindow         = 10 * time.Second
 	defaultGCMinPauses      = 100
-	defaultGCPauseP99Ms     = 5.0
 	defaultHeapPercent      = 80.0
 	defaultEnterAfter       = 3
 	defaultExitAfter        = 10
@@ -174,10 +179,7 @@ func (f *overloadFile) config(c *config, origins []string) (overloadConfig, erro
 	default:
 		o.gcMinPauses = uint64(f.GCMinPauses)
 	}
-	gcMs := defaultGCPauseP99Ms
-	if f.GCPauseP99Ms != nil {
-		gcMs = *f.GCPauseP99Ms
-	}
+	gcMs := f.GCPauseP99Ms
 	if !(gcMs >= 0 && gcMs <= float64(maxOverloadInterval.Milliseconds())) {
 		return o, fieldErr(p+".gc_pause_p99_ms", "must be in [0, %d] (0: off), got %v", maxOverloadInterval.Milliseconds(), gcMs)
 	}
@@ -441,6 +443,7 @@ type overload struct {
 	seen    *overloadConfig
 
 	stop, done chan struct{}
+	closeOnce  sync.Once
 
 	state, gcP99, gcPauses, heapLive, heapBudget prometheus.Gauge
 	entries, exits                               prometheus.Counter
@@ -479,11 +482,14 @@ func (o *overload) start() {
 	go o.run()
 }
 
+// close stops the sampler; it may be called more than once.
 func (o *overload) close() {
-	if o.stop != nil {
-		close(o.stop)
-		<-o.done
-	}
+	o.closeOnce.Do(func() {
+		if o.stop != nil {
+			close(o.stop)
+			<-o.done
+		}
+	})
 }
 
 func (o *overload) run() {
