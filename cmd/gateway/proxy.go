@@ -130,6 +130,7 @@ func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
 type reqState struct {
 	body   *clientBody // nil without a body
 	cancel context.CancelCauseFunc
+	sw     sendTimeoutWriter // the client's writer, held here to save an allocation
 }
 
 type reqStateKey struct{}
@@ -150,10 +151,12 @@ var errUpstreamReadTimeout = errors.New("upstream response body: no data within 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
-	sw := &sendTimeoutWriter{ResponseWriter: w, ctl: http.NewResponseController(w), d: p.pc.clientSendTimeout}
+	// One allocation for the request's state and its writer.
+	st := &reqState{cancel: cancel}
+	sw := &st.sw
+	*sw = sendTimeoutWriter{ResponseWriter: w, ctl: *http.NewResponseController(w), d: p.pc.clientSendTimeout}
 	defer sw.disarm()
 	w = sw
-	st := &reqState{cancel: cancel}
 	r = r.WithContext(context.WithValue(ctx, reqStateKey{}, st))
 	if r.Body != nil && r.Body != http.NoBody {
 		if p.pc.maxBody >= 0 && r.ContentLength > p.pc.maxBody {
@@ -201,7 +204,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // websocket may be quiet for as long as it likes).
 type sendTimeoutWriter struct {
 	http.ResponseWriter
-	ctl   *http.ResponseController
+	ctl   http.ResponseController // by value: one allocation less per request
 	d     time.Duration
 	armed bool
 }
@@ -766,14 +769,20 @@ func forwardHeaders(out, in *http.Request, trusted []netip.Prefix) {
 		return
 	}
 	dropForwardingClaims(h)
+	// The four values share one backing array (one allocation, not one
+	// per Set); each header gets a slice capped at its own element, so an
+	// Add to one reallocates instead of writing into its neighbour.
+	v := make([]string, 4)
+	v[0], v[1], v[2] = proto, in.Host, elem
+	h["X-Forwarded-Proto"] = v[0:1:1]
+	h["X-Forwarded-Host"] = v[1:2:2]
+	h["Forwarded"] = v[2:3:3]
 	if peer.IsValid() {
-		h.Set("X-Forwarded-For", peer.String())
+		v[3] = peer.String()
+		h["X-Forwarded-For"] = v[3:4:4]
 	} else {
-		h.Del("X-Forwarded-For")
+		delete(h, "X-Forwarded-For")
 	}
-	h.Set("X-Forwarded-Proto", proto)
-	h.Set("X-Forwarded-Host", in.Host)
-	h.Set("Forwarded", elem)
 }
 
 // peerAddr is the socket peer's address, unmapped and without a zone: an
