@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // overloadGateway is a gateway serving yamlCfg in front of upstream with
@@ -581,3 +583,42 @@ func TestBusyHealthyGatewayNeverEntersTheProtectiveState(t *testing.T) {
 		t.Errorf("a busy healthy gateway entered the protective state %v times:\n%s", v, logs.String())
 	}
 }
+
+// BenchmarkShedHandler is what the overload wrapper adds to a request:
+// outside the protective state (one atomic load), and inside it for a
+// request no sheddable rule decides (the second match) and for one that
+// is shed (the match and the 429). The wrapped handler does nothing.
+func BenchmarkShedHandler(b *testing.B) {
+	const cfg = minimal + "  rules:\n    - {name: search, path_prefix: /search}\n    - {name: login, path_prefix: /login}\noverload: {enter_after: 1, max_in_flight: 1, sheddable: [search]}\n"
+	c, err := parseConfig([]byte(cfg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := newOverload(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	h := o.handler(c, nopHandler)
+	for _, bc := range []struct {
+		name, path string
+		protective bool
+	}{
+		{"normal", "/search", false},
+		{"protective/not-shed", "/login", true},
+		{"protective/shed", "/search", true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			o.protective.Store(bc.protective)
+			r := httptest.NewRequest("GET", bc.path, nil)
+			w := &shedBenchWriter{h: http.Header{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+type shedBenchWriter struct{ h http.Header }
+
+func (d *shedBenchWriter) Header() http.Header         { return d.h }
+func (d *shedBenchWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *shedBenchWriter) WriteHeader(int)             {}
