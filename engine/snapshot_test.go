@@ -239,7 +239,7 @@ func TestReadFromRefusesALimiterWithKeys(t *testing.T) {
 func TestWriteToWhileDecidingRestores(t *testing.T) {
 	for _, cfg := range snapConfigs(nil) {
 		cfg.Clock = nil
-		cfg.Limit, cfg.Window = 1000, time.Hour // no key empties during the test
+		cfg.Limit, cfg.Window = 50, time.Hour // no key empties during the test
 		cfg.MaxKeys = 10000
 		l := newLimiter(t, cfg)
 		for i := range 500 {
@@ -257,13 +257,13 @@ func TestWriteToWhileDecidingRestores(t *testing.T) {
 						return
 					default:
 					}
-					l.Allow("k" + strconv.Itoa(g*100000+i%3000))
+					l.Allow("k" + strconv.Itoa(g*100000+i%1000))
 					l.Allow("pre" + strconv.Itoa(i%500))
 				}
 			}()
 		}
 		var snaps [][]byte
-		for range 5 {
+		for range 3 {
 			var buf bytes.Buffer
 			if _, err := l.WriteTo(&buf); err != nil {
 				t.Fatal(err)
