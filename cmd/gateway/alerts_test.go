@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -29,25 +30,45 @@ func TestAlertRulesPassPromtool(t *testing.T) {
 }
 
 // TestAlertRulesUseTheGatewaysMetricNames: every slidelimit_gateway_*
-// metric alerts.yml reads is one the gateway exports (a renamed metric
-// would leave its alert silent forever; promtool cannot see that). The
-// gateway here has a Redis rule (its server unreachable, so its backend
-// errors and breaker series exist) and the overload watcher.
+// metric alerts.yml and dashboard.json read is one the gateway exports (a
+// renamed metric would leave its alert silent forever; promtool cannot
+// see that). The gateway here has a Redis rule (its server unreachable,
+// so its backend errors and breaker series exist) and the overload
+// watcher with a sheddable rule.
 func TestAlertRulesUseTheGatewaysMetricNames(t *testing.T) {
+	metric := regexp.MustCompile(`slidelimit_gateway_[a-z0-9_]+`)
 	b, err := os.ReadFile("alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var used []string
+	used := map[string][]string{} // metric -> the files reading it
 	for _, line := range strings.Split(string(b), "\n") {
 		if expr, ok := strings.CutPrefix(strings.TrimSpace(line), "expr:"); ok {
-			used = append(used, regexp.MustCompile(`slidelimit_gateway_[a-z0-9_]+`).FindAllString(expr, -1)...)
+			for _, m := range metric.FindAllString(expr, -1) {
+				used[m] = append(used[m], "alerts.yml")
+			}
 		}
 	}
-	slices.Sort(used)
-	used = slices.Compact(used)
-	if len(used) < 10 {
-		t.Fatalf("found only %v in alerts.yml's expressions", used)
+	var dash struct {
+		Panels []struct {
+			Targets []struct{ Expr string }
+		}
+	}
+	if b, err = os.ReadFile("dashboard.json"); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("dashboard.json: %v", err)
+	}
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, m := range metric.FindAllString(tg.Expr, -1) {
+				used[m] = append(used[m], "dashboard.json")
+			}
+		}
+	}
+	if len(used) < 12 {
+		t.Fatalf("found only %v in alerts.yml's and dashboard.json's expressions", used)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,14 +76,16 @@ func TestAlertRulesUseTheGatewaysMetricNames(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there: the Redis rule's calls fail
-	cfg := minimal + "  redis: {address: \"" + addr + "\", on_failure: open, timeout_ms: 2000}\n  rules:\n    - {name: shared, backend: redis}\n"
+	cfg := minimal + "  redis: {address: \"" + addr + "\", on_failure: open, timeout_ms: 2000}\n  rules:\n    - {name: shared, backend: redis}\n" +
+		"overload: {sheddable: [shared]}\n"
 	g, gw, _ := overloadGateway(t, cfg, okUpstream(t).URL, nil)
 	do(t, "GET", gw.URL+"/", nil)
 	g.overload.tick()
 	exported := scrape(t, g)
-	for _, name := range used {
+	for name, files := range used {
 		if !strings.Contains(exported, "\n# TYPE "+name+" ") {
-			t.Errorf("alerts.yml reads %s, which the gateway does not export", name)
+			slices.Sort(files)
+			t.Errorf("%s read %s, which the gateway does not export", strings.Join(slices.Compact(files), " and "), name)
 		}
 	}
 }
