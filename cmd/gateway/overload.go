@@ -305,9 +305,14 @@ func shedBody(rule string, status int, retry time.Duration) []byte {
 }
 
 // shedWrite answers a shed request: status, Retry-After and the problem
-// body. No rate-limit headers: no quota was looked at.
-func (o *overloadConfig) shedWrite(w http.ResponseWriter, _ *http.Request, d httplimit.Denial) {
+// body. No rate-limit headers: no quota was looked at. A request with an
+// Origin gets Retry-After exposed to scripts, as the middleware's 429s
+// expose theirs (readable from the origins of deny_cors_origins).
+func (o *overloadConfig) shedWrite(w http.ResponseWriter, r *http.Request, d httplimit.Denial) {
 	h := w.Header()
+	if len(r.Header["Origin"]) > 0 {
+		h.Add("Access-Control-Expose-Headers", "Retry-After")
+	}
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Retry-After", strconv.FormatInt(ceilSec(o.retryAfter), 10))

@@ -374,6 +374,25 @@ rate_limiting:
 	}
 }
 
+// TestShedResponsesReadableFromDenyCORSOrigins: a shed 429 carries the
+// CORS headers of deny_cors_origins, as the limits' 429s do, and exposes
+// Retry-After to the script; another origin gets no Allow-Origin.
+func TestShedResponsesReadableFromDenyCORSOrigins(t *testing.T) {
+	cfg := minimal + "  deny_cors_origins: [\"https://app.example\"]\noverload: {max_in_flight: 1, enter_after: 1, sheddable: [default]}\n"
+	g, gw, _ := overloadGateway(t, cfg, okUpstream(t).URL, func(*overloadConfig) overloadReadings { return overloadReadings{inFlight: 2} })
+	g.overload.tick()
+	res := do(t, "GET", gw.URL+"/", map[string]string{"Origin": "https://app.example"})
+	if res.StatusCode != 429 || res.Header.Get("Access-Control-Allow-Origin") != "https://app.example" ||
+		res.Header.Get("Access-Control-Allow-Credentials") != "true" || res.Header.Get("Vary") != "Origin" ||
+		res.Header.Get("Access-Control-Expose-Headers") != "Retry-After" || res.Header.Get("Retry-After") != "10" {
+		t.Errorf("shed 429 for a listed origin: %d %v", res.StatusCode, res.Header)
+	}
+	res = do(t, "GET", gw.URL+"/", map[string]string{"Origin": "https://evil.example"})
+	if res.StatusCode != 429 || res.Header.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("shed 429 for another origin: %d, Allow-Origin %q", res.StatusCode, res.Header.Get("Access-Control-Allow-Origin"))
+	}
+}
+
 // TestOverloadConfigErrorsNameTheField: every invalid overload value is
 // refused at load, naming its YAML path.
 func TestOverloadConfigErrorsNameTheField(t *testing.T) {
