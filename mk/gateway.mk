@@ -139,7 +139,7 @@ TEST_DEPS += promtool-dep
 ## and its unit tests (promtool test rules alerts_test.yml: series in,
 ## alerts out), run by the gateway's Go test TestAlertRulesPassPromtool,
 ## which skips, saying so, without promtool; and the check that every
-## metric the rules use is one the gateway exports.
+## metric the rules and dashboard.json use is one the gateway exports.
 TEST_EXTRA += gateway-alerts
 ABOUT_gateway-alerts := promtool check rules and promtool test rules on the gateway's alerts.yml, and its metric names against the gateway's /metrics (a few seconds)
 .PHONY: promtool-dep gateway-alerts
