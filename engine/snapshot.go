@@ -282,10 +282,20 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // and keys created after their shard's batch. A key is never half-written
 // and never written from a state it did not hold.
 //
+// A SlidingLog key's ring is copied again while its head changes under
+// the copy (a key admitting requests as fast as a 4 x MaxLimit-byte copy
+// takes, which only Penalty's recorded denials reach, delays its batch).
+// SetLimit and SetBurst wait for a WriteTo in progress (the snapshot's
+// limits and GCRA's clock are the ones its states were written under).
+//
 // Memory: a buffer of 64 KiB (or one SlidingLog record, if larger) and a
 // bufio.Writer; nothing per key. Each shard's lock is held for one batch
 // of up to 64 KiB of records at a time, never across a write to w.
 func (l *Limiter) WriteTo(w io.Writer) (int64, error) {
+	// The limits in force, and GCRA's clock, must be the ones the states
+	// were written under: SetLimit and SetBurst wait for the write.
+	l.setMu.Lock()
+	defer l.setMu.Unlock()
 	sn := l.impl.(snapshotter)
 	rel := l.rel(l.now())
 	if l.guardDue(rel) {
