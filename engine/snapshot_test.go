@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -247,6 +249,7 @@ func TestWriteToWhileDecidingRestores(t *testing.T) {
 		}
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
+		var decided atomic.Int64
 		for g := range 2 {
 			wg.Add(1)
 			go func() {
@@ -259,8 +262,12 @@ func TestWriteToWhileDecidingRestores(t *testing.T) {
 					}
 					l.Allow("k" + strconv.Itoa(g*100000+i%1000))
 					l.Allow("pre" + strconv.Itoa(i%500))
+					decided.Add(2)
 				}
 			}()
+		}
+		for decided.Load() < 2000 {
+			runtime.Gosched() // the writes overlap decisions, also on one core
 		}
 		var snaps [][]byte
 		for range 3 {
