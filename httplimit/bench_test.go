@@ -162,3 +162,59 @@ func BenchmarkPolicyForDecision(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDenied is BenchmarkHandler's refusal path: a fixed backend that
+// refuses every request (30 s to wait), with the default RFC 9457 body
+// (DenyProblem) and the short text one (DenyText), into a reused writer
+// whose header map is cleared (a recorder would clone it at WriteHeader).
+// Its allocations are the refusal's own: the rate-limit headers, Retry-After, the body and its
+// headers (BenchmarkMiddleware in bench/peers sets them beside the peers'
+// middlewares).
+func BenchmarkDenied(b *testing.B) {
+	for _, dc := range []struct {
+		name string
+		deny func(http.ResponseWriter, *http.Request, Denial)
+	}{{"deny=problem", DenyProblem}, {"deny=text", DenyText}} {
+		b.Run(dc.name, func(b *testing.B) {
+			m, err := New(Options{OnDeny: dc.deny, Default: &Rule{
+				Name:    "default",
+				Limiter: fixedLimiter{engine.Decision{Limit: 100, RetryAfter: 30 * time.Second, ResetAfter: 30 * time.Second}},
+				Limit:   100, Window: time.Minute,
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			h := m.Handler(ctHandler)
+			req := httptest.NewRequest("GET", "/api/users", nil)
+			req.RemoteAddr = "192.0.2.1:4711"
+			w := &sinkWriter{h: make(http.Header)}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				w.code = 0
+				h.ServeHTTP(w, req)
+			}
+			if w.code != http.StatusTooManyRequests {
+				b.Fatalf("status %d, want 429 (benchmark must measure the refusal)", w.code)
+			}
+		})
+	}
+}
+
+// sinkWriter keeps the status and drops the body.
+type sinkWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *sinkWriter) Header() http.Header { return w.h }
+func (w *sinkWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+func (w *sinkWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
