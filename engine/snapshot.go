@@ -394,9 +394,12 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // Limiter's epoch so that the clock's reading at the restore stands for
 // the writer's reading at the write plus the gap. Callers that pass their
 // own times (AllowAt and friends) keep reading this Limiter's clock (Now),
-// as before: a time of the writer's clock means nothing here. If the wall clock reads earlier than at the write (it was
-// stepped back), the gap counts as 0: keys keep every count they had, so
-// the restore never admits more than the Limiter would have. A gap of
+// as before: a time of the writer's clock means nothing here. If the wall
+// clock reads earlier than at the write (it was stepped back), or either
+// reading is at or before 1970, the gap counts as 0: keys keep every count
+// they had, so the restore never admits more than the Limiter would have
+// (a wall clock stepped forward cannot be told from time that passed: it
+// ages keys by the step). A gap of
 // the wrap guard's span or more (SlidingCounter: 2^22 Windows, 48 days at
 // 1 s; SlidingLog: 2^30 ticks, at least two Windows) empties every key, as
 // the Limiter would have: none is restored, and the Limiter keeps its own
@@ -413,7 +416,7 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // checksum verified, and only then are they swapped in. Memory is bounded
 // by the Config, never by a count in the file: records beyond MaxKeys (a
 // snapshot written while keys came and went can hold more keys than were
-// ever live at once) are dropped, newest first.
+// ever live at once) are dropped, the last ones in the file first.
 func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 	cr := &crcReader{r: r}
 	if n := l.Len(); n != 0 {
@@ -443,7 +446,7 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 
 	// The gap: wall time since the write, never negative (see the doc).
 	gap := int64(0)
-	if now := l.wallNow(); h.wall > 0 && now > h.wall {
+	if now := l.wallNow(); h.wall > 0 && now > h.wall { // now > h.wall > 0: no overflow
 		gap = now - h.wall
 	}
 	if h.mono < 0 {
