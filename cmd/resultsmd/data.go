@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -132,7 +133,9 @@ func (d *dataset) summary(scenario, impl, unit string) (benchmath.Summary, int, 
 	if len(vals) == 0 {
 		return benchmath.Summary{}, 0, false
 	}
-	s := benchmath.NewSample(vals, &benchmath.DefaultThresholds)
+	// NewSample sorts the slice it is given: a copy, so that the stored
+	// samples stay in file (round) order for the per-round pairings.
+	s := benchmath.NewSample(slices.Clone(vals), &benchmath.DefaultThresholds)
 	return benchmath.AssumeNothing.Summary(s, 0.95), len(vals), true
 }
 

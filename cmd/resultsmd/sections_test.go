@@ -120,13 +120,15 @@ func TestReportSaysWhatWasNotMeasured(t *testing.T) {
 }
 
 // The added latency is the median of the per-round differences, not the
-// difference of the medians: p50 rounds direct 100, 200, 900 µs, nginx
-// 150, 400, 950 (differences 50, 200, 50: +50µs; medians would give
-// +200µs), gateway 300, 500, 1000 (200, 300, 100: +200µs; medians +300µs).
+// difference of the medians: p50 rounds direct 200, 900, 100 µs, nginx
+// 400, 950, 150 (differences 200, 50, 50: +50µs; medians would give
+// +200µs), gateway 500, 1000, 300 (300, 100, 200: +200µs; medians
+// +300µs). The direct rounds are out of order on purpose: the medians
+// read first must not sort the samples the pairing reads by round.
 func TestGatewayTableShowsAddedLatencyPerRoundAndRatios(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("gateway-setup: one nginx upstream\ngateway-rounds: 3\n")
-	for _, p50 := range [][3]int{{100, 150, 300}, {200, 400, 500}, {900, 950, 1000}} {
+	for _, p50 := range [][3]int{{200, 400, 500}, {900, 950, 1000}, {100, 150, 300}} {
 		for j, impl := range []string{"direct", "nginx", "gateway"} {
 			p99 := []int{1000, 1100, 1300}[j]
 			rps := []int{9000, 6000, 3000}[j]
