@@ -48,10 +48,12 @@
 // maphash's few AES instructions let the CPU overlap one key's miss with
 // the next, SipHash's 10-12 rounds fill the instruction window. Through
 // the engine (package bench, BenchmarkAllow hot=allowed and keys=100k,
-// 4 interleaved rounds of 200 ms, benchstat) the medians moved by +4 to
-// +14 ns on a 3-byte hot key and within the noise at 100k keys: geomean
-// +7.9 %, no row significant (p >= 0.34). That is the price of a table
-// that can be saved; the table layout is unchanged.
+// two sets of 4 and 6 interleaved rounds of 200 ms, benchstat, on the
+// machine busy with other jobs: spreads of 27-213 %) the medians of a
+// hot key (3 bytes) moved by +4 to +26 ns and those at 100k keys either
+// way: geomean +7.9 % and +11.5 %, no row significant (p >= 0.18). That
+// is the price of a table that can be saved; the table layout is
+// unchanged.
 //
 // # Contract
 //
