@@ -122,6 +122,14 @@
 //     stripes and may miss operations that race with it. Options.Observe
 //     sees every rule decision as it happens, for metrics and logs; this
 //     package imports no metrics library.
+//   - Middleware.WriteTo and ReadFrom snapshot and restore every rule whose
+//     limiter is in memory, by rule name, for a process restart (Redis
+//     rules keep their state in Redis and are left out). The snapshot is
+//     exact when nothing is decided while it is written; each rule is
+//     restored whole or not at all, and one that is gone, changed or
+//     refused by its limiter is skipped with an error wrapping
+//     ErrRuleNotRestored. A snapshot holds the limiters' key-hash keys:
+//     store it as a secret (mode 0600).
 //
 // Cost: on the allowed path with one rule the middleware adds two small
 // allocations (one string holding the per-request header values, and the

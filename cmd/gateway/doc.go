@@ -165,8 +165,17 @@
 // outcome, backend errors, decision latency, tracked keys and key-table
 // overflow; Redis and hybrid rules' store series from promlimit, evictions
 // included; upstream errors; reloads; requests in flight; connections
-// refused and evicted); a reload drops
-// the series of rules it removed. Logs are JSON (log/slog) on stderr,
+// refused and evicted; decisions per rule and cohort, enforced or shadow;
+// snapshots of the state file; the overload watcher's readings, state and
+// shed requests); a reload drops the series of rules it removed. alerts.yml
+// beside this file holds Prometheus alert rules on those series (checked
+// by promtool in make test), dashboard.json a Grafana dashboard.
+//
+// Overload: the overload section samples the gateway's own health (live
+// heap against its budget, GC pause p99, requests in flight, key tables)
+// and, past its thresholds with hysteresis, enters a protective state in
+// which the rules and tiers listed as sheddable answer 429 or 503 with
+// Retry-After while the others keep their limits. Logs are JSON (log/slog) on stderr,
 // denials sampled, backend failures at most one line per rule per 10 s.
 // The rate-limiting series come from package promlimit's Collector
 // (namespace slidelimit_gateway), the proxy's and the listener's from the
