@@ -160,6 +160,15 @@
 // or "original-uri" is dropped, so a vendor's next variant is covered.
 // IPv6 zones never go out.
 //
+// Restarts: with rate_limiting.state_file the in-memory rules' counts
+// survive a restart. The file is restored before the listener serves,
+// written every state_interval_ms and, at SIGTERM, once more after the
+// listener stopped and in-flight requests finished, so the last snapshot
+// is exact; a SIGKILL loses the decisions since the last snapshot began.
+// Writes are atomic (temporary file, fsync, rename, mode 0600: the file
+// holds the key-hash keys). A file that does not restore whole is renamed
+// aside, never overwritten, and its unrestored rules start empty.
+//
 // Observability: with -pprof, the loopback admin listener serves package
 // pprof's endpoints and Prometheus /metrics (per-rule decisions by
 // outcome, backend errors, decision latency, tracked keys and key-table
