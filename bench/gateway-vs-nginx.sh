@@ -84,6 +84,7 @@ cleanup() {
 	for pid in $gwpid $basepid; do kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 	sleep 0.2
 	rm -rf "$work"
+	rm -f "$OUT.partial" # a run that failed leaves no half table behind
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
