@@ -122,8 +122,11 @@
 //
 // WriteTo writes every key's state, the hash key, the Config's
 // fingerprint and a CRC-32C; ReadFrom restores it into a new Limiter with
-// the same Config (Algorithm, Window, MaxLimit, MaxKeys, Penalty, and the
-// Limit and Burst in force), in this process or another, before it serves.
+// the same Config (Algorithm, Window, MaxLimit, Penalty, and the Limit
+// and Burst in force), in this process or another, before it serves. The
+// key bound may differ (it follows the shard count, so GOMAXPROCS): a
+// Limiter bounded below the snapshot's keys keeps the records it can hold
+// and the rest start afresh, as keys its table could not have held.
 // Guarantees:
 //
 //   - Exact when no decision runs during WriteTo (write at shutdown, after

@@ -19,8 +19,12 @@ import (
 // or check failed.
 var (
 	// ErrSnapshotConfig: the snapshot is of a Limiter with another Config
-	// (algorithm, Limit or Burst in force, Window, resolution, MaxLimit,
-	// MaxKeys or Penalty; the message names the first that differs).
+	// (algorithm, Limit or Burst in force, Window, resolution, MaxLimit or
+	// Penalty; the message names the first that differs). The key bound is
+	// not compared: MaxMemory's bound depends on the number of shards, so on
+	// GOMAXPROCS, and a restart on a machine with another CPU count must
+	// keep its counts; a restoring Limiter bounded below the snapshot's
+	// keys keeps the records it can hold.
 	ErrSnapshotConfig = errors.New("engine: snapshot of another Config")
 	// ErrSnapshotCorrupt: not a snapshot, truncated, a checksum that does
 	// not match, or a record no Limiter writes.
@@ -239,8 +243,6 @@ func (l *Limiter) sameConfig(s *snapHeader) error {
 		return diff("MaxLimit", s.maxLimit, f.maxLimit)
 	case s.res != f.res:
 		return diff("resolution", time.Duration(s.res), time.Duration(f.res))
-	case s.maxKeys != f.maxKeys:
-		return diff("MaxKeys", s.maxKeys, f.maxKeys)
 	case s.penalty != f.penalty:
 		return diff("Penalty", s.penalty, f.penalty)
 	case s.words != f.words:

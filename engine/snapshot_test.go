@@ -433,3 +433,53 @@ func TestReadFromRefusesRecordsNoTableHolds(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestSnapshotRestoresOnAMachineWithOtherShards: the key bound MaxMemory
+// gives depends on the number of shards (16 x GOMAXPROCS by default), so a
+// gateway restarted on a machine with another CPU count has another
+// Config().MaxKeys. Its snapshot must still restore: records carry the
+// key's hash and land in whatever shard it picks here.
+func TestSnapshotRestoresOnAMachineWithOtherShards(t *testing.T) {
+	for i := range snapConfigs(nil) {
+		cx := &fakeClock{}
+		cfgX := snapConfigs(cx)[i]
+		cfgX.Shards, cfgX.MaxKeys, cfgX.MaxMemory = 4, 0, 4<<20
+		x := newLimiter(t, cfgX)
+		keys := make([]string, 200)
+		for k := range keys {
+			keys[k] = fmt.Sprintf("client-%d", k)
+			for range 4 {
+				x.Allow(keys[k])
+			}
+		}
+		x.wall = func() int64 { return 1e18 }
+		var buf bytes.Buffer
+		if _, err := x.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		cy := &fakeClock{}
+		cfgY := snapConfigs(cy)[i]
+		cfgY.Shards, cfgY.MaxKeys, cfgY.MaxMemory = 128, 0, 4<<20
+		y := newLimiter(t, cfgY)
+		if x.Config().MaxKeys == y.Config().MaxKeys {
+			t.Fatalf("%v: both limiters bound %d keys; the test needs bounds that differ", cfgX.Algorithm, x.Config().MaxKeys)
+		}
+		y.wall = func() int64 { return 1e18 }
+		if _, err := y.ReadFrom(bytes.NewReader(buf.Bytes())); err != nil {
+			t.Fatalf("%v: restore with %d shards of a snapshot of %d: %v", cfgX.Algorithm, 128, 4, err)
+		}
+		for _, k := range keys {
+			got := 0
+			for range 10 {
+				if y.Allow(k) {
+					got++
+				}
+			}
+			if got != 1 {
+				t.Fatalf("%v: key %s at 4 of 5 admitted %d more after the restore, want 1", cfgX.Algorithm, k, got)
+			}
+		}
+		x.Close()
+		y.Close()
+	}
+}
