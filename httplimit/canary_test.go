@@ -347,3 +347,41 @@ func TestSetLimitOnACanaryRuleAppliesToBothCohorts(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowRuleDoesNotLengthenAnEnforcedRefusalsRetryAfter: under
+// MatchAll a rule on trial in shadow with a long window (1 h) beside an
+// enforced per-minute rule: when the enforced rule refuses, Retry-After
+// and the problem detail say its wait (about a minute), not the shadow rule's hour,
+// which the client is not held to.
+func TestShadowRuleDoesNotLengthenAnEnforcedRefusalsRetryAfter(t *testing.T) {
+	clk := newClock()
+	var denial Denial
+	m := mustNew(t, Options{MatchAll: true, Rules: []Rule{
+		{Name: "new", DryRun: boolp(true), Engine: logConfig(1, time.Hour, clk)},
+		{Name: "all", Engine: logConfig(2, time.Minute, clk)},
+	}, OnDeny: func(w http.ResponseWriter, r *http.Request, d Denial) {
+		denial = d
+		DenyProblem(w, r, d)
+	}})
+	h := m.Handler(okHandler)
+	for i := range 2 {
+		if rec := serveRec(h, "GET", "/", "", nil); rec.Code != 200 {
+			t.Fatalf("request %d: %d, want 200", i, rec.Code)
+		}
+	}
+	rec := serveRec(h, "GET", "/", "", nil)
+	if rec.Code != 429 {
+		t.Fatalf("third request: %d, want 429 from the enforced rule", rec.Code)
+	}
+	// The enforced rule's wait rounded up: 61 s (as in
+	// TestStackedRetryAfterNeverBeforeAnyEffectiveWindow), not 3601.
+	if got := rec.Header().Get("Retry-After"); got != "61" {
+		t.Errorf("Retry-After %q, want 61 (the enforced rule's wait, not the shadow rule's hour)", got)
+	}
+	if denial.Rule != "all" || denial.RetryAfter != 61*time.Second {
+		t.Errorf("Denial %s %v, want all 1m1s", denial.Rule, denial.RetryAfter)
+	}
+	if !strings.Contains(rec.Body.String(), "retry in 61 s") {
+		t.Errorf("problem detail disagrees with Retry-After: %s", rec.Body)
+	}
+}

@@ -129,8 +129,9 @@ type Denial struct {
 	Key      string          // the client key, without the rule namespace
 	Decision engine.Decision // the backend's answer
 	// RetryAfter is what the Retry-After header says, in whole seconds:
-	// the longest wait of every policy the response reports, so it is
-	// never earlier than another policy's t.
+	// the longest wait of every enforcing policy the response reports, so
+	// it is never earlier than another enforcing policy's t (a policy in
+	// shadow holds the client to nothing, so its t does not count).
 	RetryAfter time.Duration
 }
 
@@ -875,10 +876,15 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s uint32, as
 	m.counters(s).denied.Add(1)
 	d := &as[denied]
 	// draft-11 section 6: Retry-After SHOULD NOT point earlier than the
-	// end of any effective window the response gives: take the longest t.
+	// end of any effective window the response gives: take the longest t
+	// of the enforcing rules. A shadow rule's t is left out: it holds the
+	// client to nothing, and counting it would make a rule on trial (a
+	// new hourly limit in shadow beside an enforced per-minute one) tell
+	// every client the enforced rule refuses to wait its window instead,
+	// changing what the enforced refusal says.
 	retry := d.reset // the refusing rule's wait, rounded up
 	for i := range as {
-		if as[i].t >= 0 { // a rule at r=0 (another refusal, or a unit taken in a race)
+		if as[i].t >= 0 && !as[i].shadow { // an enforcing rule at r=0 (another refusal, or a unit taken in a race)
 			retry = max(retry, as[i].reset)
 		}
 	}
