@@ -103,12 +103,18 @@ func (m *Middleware) RuleStats() []RuleStats {
 		rs := RuleStats{Rule: ru.name}
 		for s := range m.stripes {
 			c := m.ruleCounters(uint32(s), ru)
+			// shadowAllowed before allowed: admit adds to allowed first,
+			// so every shadow admission read here has its allowed unit
+			// in the later read, and ShadowAllowed <= Allowed (Enforced
+			// subtracts them). Read the other way round, admissions
+			// between the two loads (many, when the reader is preempted)
+			// made Enforced().Allowed wrap to near 2^64.
+			rs.ShadowAllowed += c.shadowAllowed.Load()
 			rs.Allowed += c.allowed.Load()
 			rs.Denied += c.denied.Load()
 			rs.DryRunDenied += c.dryRunDenied.Load()
 			rs.KeyErrors += c.keyErrors.Load()
 			rs.BackendErrors += c.backendErrors.Load()
-			rs.ShadowAllowed += c.shadowAllowed.Load()
 		}
 		out = append(out, rs)
 	}

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -50,6 +51,45 @@ func TestObserveAndRuleStats(t *testing.T) {
 	for o, s := range map[Outcome]string{OutcomeAllowed: "allowed", OutcomeDenied: "denied", OutcomeDryRunDenied: "dry_run_denied", OutcomeKeyError: "key_error", 9: "unknown"} {
 		if o.String() != s {
 			t.Errorf("Outcome(%d) = %q, want %q", o, o.String(), s)
+		}
+	}
+}
+
+// TestRuleStatsEnforcedNeverExceedsAllowedUnderConcurrentAdmissions: a
+// rule wholly in shadow admits from several goroutines while RuleStats is
+// read again and again: every read has ShadowAllowed <= Allowed, so the
+// enforced cohort's Allowed (their difference) is never a wrapped
+// subtraction near 2^64. (It may be a few above 0: a read misses the
+// admissions that race with it, as the package doc says.)
+func TestRuleStatsEnforcedNeverExceedsAllowedUnderConcurrentAdmissions(t *testing.T) {
+	m := mustNew(t, Options{DryRun: true, Default: &Rule{Name: "d",
+		Engine: engine.Config{Algorithm: engine.SlidingCounter, Limit: 1<<20 - 1, Window: time.Hour, Clock: newClock()}}})
+	h := m.Handler(okHandler)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			remote := fmt.Sprintf("10.0.0.%d:1", g)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				serveRec(h, "GET", "/", remote, nil)
+			}
+		}()
+	}
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for i := range 50000 {
+		rs := m.RuleStats()[0]
+		if e := rs.Enforced(); rs.ShadowAllowed > rs.Allowed || e.Allowed > rs.Allowed {
+			t.Fatalf("read %d: %+v: Enforced %+v, want ShadowAllowed <= Allowed (Enforced().Allowed not wrapped)", i, rs, e)
 		}
 	}
 }
