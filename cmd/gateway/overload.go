@@ -62,8 +62,10 @@ package main
 // second match (1.7 us and 6 allocations on a busy 2-core machine,
 // BenchmarkShedHandler).
 //
-// The watcher is on by default (overload.enabled: false turns it off),
-// so its readings are on /metrics for the alert rules (alerts.yml), but
+// The watcher is on by default (overload.enabled: false turns it off,
+// and its reading gauges read 0 then: no value that is no longer
+// measured), so its readings are on /metrics for the alert rules
+// (alerts.yml), but
 // nothing is sheddable by default: a gateway that lists no sheddable rule
 // only logs and counts its entries and exits.
 
@@ -543,13 +545,14 @@ func (o *overload) tick() {
 			o.leave("overload protection turned off by a reload", overloadReadings{})
 		}
 		o.badRun = 0
+		// No reading is taken while off: zero the gauges rather than
+		// leave the last sample's on /metrics, where alerts.yml would go
+		// on firing (or staying silent) on a value no longer measured.
+		o.export(overloadReadings{})
 		return
 	}
 	r := o.sample(c)
-	o.gcP99.Set(r.gcP99.Seconds())
-	o.gcPauses.Set(float64(r.gcPauses))
-	o.heapLive.Set(float64(r.heapLive))
-	o.heapBudget.Set(float64(r.heapBudget))
+	o.export(r)
 	if !o.protective.Load() {
 		over := c.over(r, 1)
 		if len(over) == 0 {
@@ -570,6 +573,14 @@ func (o *overload) tick() {
 	if o.goodRun >= c.exitAfter {
 		o.leave("every reading below exit_percent of its threshold", r)
 	}
+}
+
+// export sets the reading gauges to r.
+func (o *overload) export(r overloadReadings) {
+	o.gcP99.Set(r.gcP99.Seconds())
+	o.gcPauses.Set(float64(r.gcPauses))
+	o.heapLive.Set(float64(r.heapLive))
+	o.heapBudget.Set(float64(r.heapBudget))
 }
 
 func (o *overload) enter(c *overloadConfig, r overloadReadings, over []string) {

@@ -641,3 +641,34 @@ type shedBenchWriter struct{ h http.Header }
 func (d *shedBenchWriter) Header() http.Header         { return d.h }
 func (d *shedBenchWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (d *shedBenchWriter) WriteHeader(int)             {}
+
+// TestOverloadOffByReloadZeroesItsReadings: the reading gauges of a
+// watcher turned off by a reload read 0, not the last sample taken while
+// it was on (alerts.yml would go on firing on a 6 ms GC pause p99 and a
+// full heap that nothing measures any more).
+func TestOverloadOffByReloadZeroesItsReadings(t *testing.T) {
+	const cfg = minimal + "overload: {gc_pause_p99_ms: 5, heap_budget_mb: 100}\n"
+	g, _, _ := overloadGateway(t, cfg, okUpstream(t).URL, func(*overloadConfig) overloadReadings {
+		r := gcReading(gcBad)
+		r.heapLive, r.heapBudget = 90<<20, 100<<20
+		return r
+	})
+	g.overload.tick()
+	const p = "slidelimit_gateway_overload_"
+	if v := metricValue(t, g, p+"gc_pause_p99_seconds"); v != gcBad.Seconds() {
+		t.Fatalf("gc_pause_p99_seconds %v while on, want %v", v, gcBad.Seconds())
+	}
+	c, err := parseConfig([]byte(strings.Replace(cfg, "gc_pause_p99_ms: 5", "enabled: false", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.load(c); err != nil {
+		t.Fatal(err)
+	}
+	g.overload.tick()
+	for _, name := range []string{"gc_pause_p99_seconds", "gc_pauses", "heap_live_bytes", "heap_budget_bytes"} {
+		if v := metricValue(t, g, p+name); v != 0 {
+			t.Errorf("%s%s %v with overload.enabled: false, want 0", p, name, v)
+		}
+	}
+}
