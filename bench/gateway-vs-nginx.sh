@@ -37,8 +37,9 @@
 # which cmd/resultsmd turns into RESULTS.md's gateway table.
 #
 # nginx and wrk come from Debian: installed with apt-get when absent and
-# this runs as root; otherwise the script says so loudly and exits 0
-# without writing OUT (RESULTS.md then says the table was not measured).
+# this runs as root; otherwise the script says so loudly and exits 0,
+# removing any OUT an earlier run left (RESULTS.md then says the table was
+# not measured).
 set -euo pipefail
 
 OUT=${1:-out/bench/gateway.txt}
@@ -52,7 +53,11 @@ PROFILE=${PROFILE:-}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 BASELINE_BIN=${BASELINE_BIN:-}
 
+# skip says loudly why nothing was measured and exits 0. A table an
+# earlier run left at OUT is removed: the report would otherwise show it,
+# from another binary or another machine, as this run's.
 skip() {
+	rm -f "$OUT" "$OUT.partial"
 	echo "*** bench-gateway SKIPPED: $*" >&2
 	echo "*** to run it: apt-get install -y nginx wrk (as root), then make bench-gateway" >&2
 	exit 0
