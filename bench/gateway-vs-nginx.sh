@@ -9,7 +9,8 @@
 # Settings (environment): ROUNDS (default 5), DURATION per wrk run (5s),
 # CONNS (connection counts, "1 32"), WRK_THREADS (1), GATEWAY_BIN
 # (bin/gateway, built by make bench-gateway), NGINX_WORKERS (auto: one per
-# CPU, as the gateway's GOMAXPROCS).
+# CPU, as the gateway's GOMAXPROCS), START_TIMEOUT (seconds a gateway has
+# to say it is listening, 30).
 #
 # The setup:
 #   upstream  nginx, one worker, answering every request 200 "ok\n"
@@ -52,6 +53,7 @@ NGINX_WORKERS=${NGINX_WORKERS:-auto}
 PROFILE=${PROFILE:-}
 PROFILE_SECONDS=${PROFILE_SECONDS:-10}
 BASELINE_BIN=${BASELINE_BIN:-}
+START_TIMEOUT=${START_TIMEOUT:-30}
 
 # skip says loudly why nothing was measured and exits 0. A table an
 # earlier run left at OUT is removed: the report would otherwise show it,
@@ -80,13 +82,15 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/gateway-vs-nginx.XXXXXX")
 chmod 755 "$work"
-gwpid=
-basepid=
+# pids are the background processes this script started (the gateways,
+# the profile's wrk), each added the moment it starts: a failure at any
+# point stops every one of them, a gateway that never came up included.
+pids=()
 cleanup() {
 	for conf in proxy upstream; do
 		if [ -f "$work/$conf.pid" ]; then kill -QUIT "$(cat "$work/$conf.pid")" 2>/dev/null || true; fi
 	done
-	for pid in $gwpid $basepid; do kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+	for pid in ${pids[@]+"${pids[@]}"}; do kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
 	sleep 0.2
 	rm -rf "$work"
 	rm -f "$OUT.partial" # a run that failed leaves no half table behind
@@ -191,27 +195,26 @@ start_gateway() {
 	"$bin" -config "$work/gateway.yaml" -listen 127.0.0.1:0 -upstream "http://127.0.0.1:$up_port" "${extra[@]}" \
 		> "$work/$name.log" 2> "$work/$name.err" &
 	started_pid=$!
-	for _ in $(seq 300); do
+	pids+=("$started_pid")
+	for _ in $(seq $((START_TIMEOUT * 10))); do
 		u=$(sed -n 's/.*listening on \(http:[^,]*\),.*/\1/p' "$work/$name.log")
 		[ -n "$u" ] && break
 		kill -0 "$started_pid" 2>/dev/null || break
 		sleep 0.1
 	done
 	if [ -z "$u" ]; then
-		echo "gateway-vs-nginx: $bin did not start:" >&2
+		echo "gateway-vs-nginx: $bin did not start (no \"listening on\" within ${START_TIMEOUT}s):" >&2
 		cat "$work/$name.log" "$work/$name.err" >&2
 		exit 1
 	fi
 	started_url=$u
 }
 start_gateway "$GATEWAY_BIN" gateway
-gwpid=$started_pid
 gw_url=$started_url
 targets=(direct nginx gateway)
 declare -A url=([direct]="http://127.0.0.1:$up_port/" [nginx]="http://127.0.0.1:$ng_port/" [gateway]="$gw_url/")
 if [ -n "$BASELINE_BIN" ]; then
 	start_gateway "$BASELINE_BIN" gateway-baseline
-	basepid=$started_pid
 	url[gateway-baseline]="$started_url/"
 	targets+=(gateway-baseline)
 fi
@@ -292,7 +295,9 @@ if [ -n "$PROFILE" ]; then
 	echo "gateway-vs-nginx: CPU profile of the gateway, ${PROFILE_SECONDS}s of wrk at $last connections, to $PROFILE"
 	wrk -t "$WRK_THREADS" -c "$last" -d "$((PROFILE_SECONDS + 2))s" "${url[gateway]}" > /dev/null &
 	wrkpid=$!
+	pids+=("$wrkpid")
 	sleep 1
 	get "${dbg}profile?seconds=$PROFILE_SECONDS" > "$PROFILE"
 	wait "$wrkpid"
+	unset 'pids[-1]' # reaped: its pid may be reused, never to be signalled
 fi

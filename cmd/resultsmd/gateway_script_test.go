@@ -1,10 +1,14 @@
+//go:build unix
+
 package main
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -59,5 +63,69 @@ func TestSkippedGatewayBenchmarkLeavesNoStaleTable(t *testing.T) {
 	writeGateway(&b, dir)
 	if !strings.Contains(b.String(), "Not measured in this run") {
 		t.Errorf("gateway section after a skip:\n%s", b.String())
+	}
+}
+
+// TestGatewayBenchmarkStopsAGatewayThatNeverStarts: a gateway that does
+// not say it is listening within START_TIMEOUT fails the run, and the
+// script must stop it on the way out like every other process it
+// started, not leave it running (holding its port, its CPU, its state
+// file). Needs nginx and wrk (the script starts nginx before the gateway);
+// without them the test skips loudly.
+func TestGatewayBenchmarkStopsAGatewayThatNeverStarts(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("SKIPPED: bash not found; the gateway benchmark script needs it")
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		t.Skip("SKIPPED: wrk is not installed (apt-get install wrk); the script would try to install it")
+	}
+	if _, err := exec.LookPath("nginx"); err != nil {
+		if _, err := os.Stat("/usr/sbin/nginx"); err != nil {
+			t.Skip("SKIPPED: nginx is not installed (apt-get install nginx); the script would try to install it")
+		}
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "gateway.pid")
+	// A gateway that starts and never listens.
+	fake := filepath.Join(dir, "gateway")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho $$ > '"+pidFile+"'\nexec sleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An apt-get that fails, first on PATH: nothing may be installed.
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "apt-get"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "bench", "gateway-vs-nginx.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bash, script, filepath.Join(dir, "gateway.txt"))
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "GATEWAY_BIN="+fake, "START_TIMEOUT=1", "TMPDIR="+dir)
+	msg, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the run succeeded with a gateway that never listened:\n%s", msg)
+	}
+	if !strings.Contains(string(msg), "did not start") {
+		t.Fatalf("the run failed, but not on the gateway's start:\n%s", msg)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the fake gateway never ran: %v\n%s", err, msg)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Errorf("the gateway (pid %d) is still running after the script exited", pid)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "gateway-vs-nginx.*")); len(left) > 0 {
+		t.Errorf("temporary directories left behind: %v", left)
 	}
 }
