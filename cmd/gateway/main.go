@@ -164,14 +164,16 @@ func start(f flags, stdout io.Writer, log *slog.Logger) (g *gateway, srv *http.S
 		return nil, nil, nil, nil, fmt.Errorf("config %s: %w", f.config, err)
 	}
 	closers = append(closers, g.close)
-	g.overload.start()
-	closers = append(closers, g.overload.close)
 	// Restored before the listener serves: a limiter takes its state only
-	// while it has decided nothing.
+	// while it has decided nothing. And before the overload sampler
+	// starts: it reads every limiter's Stats, and no call may run on a
+	// limiter during its ReadFrom.
 	if g.state, err = startState(c.state, g, log); err != nil {
 		return nil, nil, nil, nil, err
 	}
 	closers = append(closers, g.state.close)
+	g.overload.start()
+	closers = append(closers, g.overload.close)
 	if f.pprof != "" {
 		adm, err := startAdmin(f.pprof, g)
 		if err != nil {
