@@ -38,7 +38,8 @@
 # which cmd/resultsmd turns into RESULTS.md's gateway table.
 #
 # nginx and wrk come from Debian: installed with apt-get when absent and
-# this runs as root; otherwise the script says so loudly and exits 0,
+# this runs as root (the nginx service the package would start on port 80
+# is kept from starting, and disabled); otherwise the script says so loudly and exits 0,
 # removing any OUT an earlier run left (RESULTS.md then says the table was
 # not measured).
 set -euo pipefail
@@ -71,12 +72,45 @@ if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
 		skip "nginx or wrk is missing and installing them (Debian packages) needs root"
 	fi
 	command -v apt-get >/dev/null 2>&1 || skip "nginx or wrk is missing and there is no apt-get to install them"
-	echo "installing nginx and wrk (Debian packages) for the gateway benchmark"
+	pkgs=()
+	command -v nginx >/dev/null 2>&1 || pkgs+=(nginx)
+	command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)
+	echo "installing ${pkgs[*]} (Debian packages) for the gateway benchmark"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get install -y --no-install-recommends nginx wrk >/dev/null 2>&1 ||
-		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends nginx wrk >/dev/null; } ||
-		skip "apt-get could not install nginx and wrk"
+	# Debian's nginx package starts its service as it installs (a default
+	# site on port 80 of every interface) and enables it at boot. This
+	# script runs its own nginx, on loopback only, for the run only: while
+	# it installs, a policy-rc.d (how Debian tells maintainer scripts not to
+	# start services) refuses every start, unless the system has its own
+	# policy; the service is then disabled and stopped (in case the
+	# system's policy let it start).
+	policy=/usr/sbin/policy-rc.d
+	made_policy=
+	if [ ! -e "$policy" ]; then
+		trap 'rm -f "$policy"' EXIT
+		trap 'exit 130' INT TERM # through the EXIT trap
+		printf '#!/bin/sh\n# bench/gateway-vs-nginx.sh: no service starts while it installs nginx\nexit 101\n' > "$policy"
+		chmod 755 "$policy"
+		made_policy=1
+	fi
+	apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 ||
+		{ apt-get update >/dev/null && apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null; } ||
+		skip "apt-get could not install ${pkgs[*]}"
+	if [ -n "$made_policy" ]; then
+		rm -f "$policy"
+		trap - EXIT
+	fi
 	PATH=$PATH:/usr/sbin
+	if [ "${pkgs[0]}" = nginx ]; then
+		if command -v systemctl >/dev/null 2>&1; then
+			systemctl disable nginx.service >/dev/null 2>&1 || true
+			systemctl stop nginx.service >/dev/null 2>&1 || true
+		fi
+		if command -v update-rc.d >/dev/null 2>&1 && [ -x /etc/init.d/nginx ]; then
+			update-rc.d nginx disable >/dev/null 2>&1 || true
+			invoke-rc.d nginx stop >/dev/null 2>&1 || true
+		fi
+	fi
 fi
 [ -x "$GATEWAY_BIN" ] || { echo "gateway-vs-nginx: $GATEWAY_BIN not found (make gateway builds it)" >&2; exit 1; }
 

@@ -14,8 +14,7 @@ import (
 
 // TestSkippedGatewayBenchmarkLeavesNoStaleTable runs
 // bench/gateway-vs-nginx.sh where it must skip (wrk is not on PATH, and
-// apt-get, first on PATH, fails to install anything, so it skips whether
-// or not the test runs as root). A table from an earlier run must not
+// the user, as id tells it, is not root). A table from an earlier run must not
 // survive the skip: RESULTS.md would present the old figures, of another
 // binary or another machine, as this run's. The report then says the
 // gateway was not measured.
@@ -25,19 +24,20 @@ func TestSkippedGatewayBenchmarkLeavesNoStaleTable(t *testing.T) {
 		t.Skip("SKIPPED: bash not found; the gateway benchmark script needs it")
 	}
 	bin := t.TempDir()
-	// The only commands the script may find: id and rm (real), and an
-	// apt-get that fails, so that no package is ever installed.
-	for _, name := range []string{"id", "rm"} {
-		p, err := exec.LookPath(name)
-		if err != nil {
-			t.Skipf("SKIPPED: %s not found: %v", name, err)
-		}
-		if err := os.Symlink(p, filepath.Join(bin, name)); err != nil {
+	// The only commands the script may find: rm (real), an id that says
+	// the user is not root (so that nothing is installed, nor any system
+	// file touched, whoever runs the test), and an apt-get that fails.
+	p, err := exec.LookPath("rm")
+	if err != nil {
+		t.Skipf("SKIPPED: rm not found: %v", err)
+	}
+	if err := os.Symlink(p, filepath.Join(bin, "rm")); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"id": "#!/bin/sh\necho 1000\n", "apt-get": "#!/bin/sh\nexit 1\n"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := os.WriteFile(filepath.Join(bin, "apt-get"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
 	}
 	dir := writeInput(t, map[string]string{"gateway.txt": "BenchmarkGateway/conns=1/impl=direct 1 25000 p50-ns 90000 p99-ns 40000 req/s\n" +
 		"BenchmarkGateway/conns=1/impl=nginx 1 60000 p50-ns 150000 p99-ns 15000 req/s\n" +
@@ -127,5 +127,77 @@ func TestGatewayBenchmarkStopsAGatewayThatNeverStarts(t *testing.T) {
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "gateway-vs-nginx.*")); len(left) > 0 {
 		t.Errorf("temporary directories left behind: %v", left)
+	}
+}
+
+// TestGatewayBenchmarkInstallStartsNoSystemNginx: Debian's nginx package
+// starts its service as it installs (a default site on port 80 of every
+// interface) and enables it at boot. When the script installs nginx, no
+// such service may start or stay enabled: the benchmark's own nginx is on
+// loopback only and stops with the run. The script runs as root in a user
+// and mount namespace whose /usr/sbin is an empty tmpfs (no nginx, no
+// policy-rc.d; nothing written there reaches the host), with an apt-get
+// that records whether a service start would have been refused and then
+// "installs" a stand-in nginx, and a systemctl that records its calls.
+// Without user namespaces (unshare) the test skips loudly.
+func TestGatewayBenchmarkInstallStartsNoSystemNginx(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("SKIPPED: bash not found; the gateway benchmark script needs it")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("SKIPPED: unshare not found; the test needs a user and mount namespace")
+	}
+	if out, err := exec.Command(unshare, "-r", "-m", "sh", "-c", "mount -t tmpfs none /usr/sbin").CombinedOutput(); err != nil {
+		t.Skipf("SKIPPED: no user and mount namespace with a tmpfs here (%v: %s)", err, out)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, "calls.log")
+	files := map[string]string{
+		// Records what a maintainer script's service start would get from
+		// policy-rc.d (101: refused; none: no policy, it would start), then
+		// puts a stand-in nginx on PATH that cannot serve.
+		"apt-get": "#!/bin/sh\n" +
+			"p=none; if [ -x /usr/sbin/policy-rc.d ]; then /usr/sbin/policy-rc.d nginx start; p=$?; fi\n" +
+			"echo \"apt-get $* policy=$p\" >> '" + log + "'\n" +
+			"printf '#!/bin/sh\\n[ \"$1\" = -v ] && echo nginx version: nginx/stand-in >&2 && exit 0\\nexit 1\\n' > '" + bin + "/nginx'\n" +
+			"chmod 755 '" + bin + "/nginx'\n",
+		"systemctl": "#!/bin/sh\necho \"systemctl $*\" >> '" + log + "'\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "bench", "gateway-vs-nginx.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := "mount -t tmpfs none /usr/sbin || exit 99; " + bash + " '" + script + "' '" + filepath.Join(dir, "gateway.txt") + "'; " +
+		"if [ -e /usr/sbin/policy-rc.d ]; then echo policy-rc.d left behind >> '" + log + "'; fi"
+	cmd := exec.Command(unshare, "-r", "-m", bash, "-c", inner)
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"), "GATEWAY_BIN=/bin/true", "TMPDIR="+dir)
+	msg, _ := cmd.CombinedOutput() // the stand-in nginx cannot serve: the run fails after the install
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatalf("the script installed nothing: %v\n%s", err, msg)
+	}
+	calls := string(b)
+	if !strings.Contains(calls, "apt-get install") {
+		t.Fatalf("no install:\n%s\n%s", calls, msg)
+	}
+	if !strings.Contains(calls, "policy=101") {
+		t.Errorf("during the install a service start was not refused (Debian's nginx would start on port 80 of every interface):\n%s", calls)
+	}
+	if strings.Contains(calls, "policy-rc.d left behind") {
+		t.Errorf("the install's policy-rc.d was left behind (no service on this host would start again):\n%s", calls)
+	}
+	if !strings.Contains(calls, "systemctl disable nginx.service") {
+		t.Errorf("the nginx service the install enabled at boot was not disabled:\n%s", calls)
 	}
 }
