@@ -385,7 +385,8 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // ReadFrom restores a snapshot that WriteTo wrote (io.ReaderFrom) into l,
 // which must be a new Limiter with the same Config that tracks no key yet,
 // and returns the bytes read. It reads r to its end (bytes after the
-// snapshot make it corrupt). No other call on l may run during ReadFrom:
+// snapshot make it corrupt). No other call on l may run during ReadFrom,
+// Stats and Len included (a metrics collector must not read l yet):
 // restore before serving.
 //
 // Every key is aged by the wall-clock time between the write and this
@@ -407,7 +408,8 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // the Limiter would have: none is restored, and the Limiter keeps its own
 // time. GCRA's time, as a running Limiter's, stops at 9 years (2^58 ns)
 // past its epoch: the gap is counted up to there (keys then age less than
-// the wall clock says, never more).
+// the wall clock says, never more); a snapshot written past there restores
+// no key, and the Limiter keeps its own time.
 // Stats (Allowed, Denied, ...) start from zero.
 //
 // Errors, and what l is left with: ErrSnapshotNotEmpty if l tracks keys
@@ -439,13 +441,6 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 	defer l.setMu.Unlock()
 	l.sweepMu.Lock() // the background sweep reads the clock and the tables under it
 	defer l.sweepMu.Unlock()
-	fresh, err := l.freshAlgo(&h)
-	if err != nil {
-		return cr.n, err
-	}
-	sn := fresh.(snapshotter)
-	sn.setHasher(keyhash.FromKey(h.key))
-
 	// The gap: wall time since the write, never negative (see the doc).
 	gap := int64(0)
 	if now := l.wallNow(); h.wall > 0 && now > h.wall { // now > h.wall > 0: no overflow
@@ -465,6 +460,12 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 		at = min(at, gcraMaxTime/2)
 		keep = h.mono <= gcraMaxTime/2
 	}
+	fresh, err := l.freshAlgo(&h, keep)
+	if err != nil {
+		return cr.n, err
+	}
+	sn := fresh.(snapshotter)
+	sn.setHasher(keyhash.FromKey(h.key))
 
 	if keep {
 		sn.presize(int(h.keys))
@@ -530,9 +531,14 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // freshAlgo builds empty tables for l's Config, with the snapshot's limits
-// in force (equal to l's: sameConfig) and, for GCRA, its virtual clock.
-// Under setMu and sweepMu; l.impl is left as it was.
-func (l *Limiter) freshAlgo(h *snapHeader) (algo, error) {
+// in force (equal to l's: sameConfig) and, for GCRA, its virtual clock
+// piece when keep (the restored Limiter takes the writer's time). Without
+// keep the Limiter keeps its own time, which the writer's piece does not
+// describe: a piece set years into the writer's time, after a stretch at
+// a lower limit, extended back to a time near 0 reads a virtual clock
+// stopped at 0, under which no bucket ever refills. Under setMu and
+// sweepMu; l.impl is left as it was.
+func (l *Limiter) freshAlgo(h *snapHeader, keep bool) (algo, error) {
 	old := l.impl
 	err := specOf(l.cfg.Algorithm).build(l) // sets l.impl (and bounds equal to the ones in force)
 	fresh := l.impl
@@ -548,6 +554,9 @@ func (l *Limiter) freshAlgo(h *snapHeader) (algo, error) {
 	case *gcraAlgo:
 		if h.t0 < 0 || h.t1 < h.t0 || h.t1 > gcraMaxTime || h.u0 < 0 || h.u0 > gcraMaxTime || h.deepest < 0 || h.deepest > gcraMaxDepth {
 			return nil, fmt.Errorf("engine: snapshot's GCRA clock (t0 %d, t1 %d, u0 %d, deepest %d) out of range: %w", h.t0, h.t1, h.u0, h.deepest, ErrSnapshotCorrupt)
+		}
+		if !keep {
+			h.t0, h.t1, h.u0 = 0, 0, 0 // the piece New starts with: u runs from the epoch
 		}
 		r := a.newRate(int(h.limit), int(h.burst), h.follows, h.t0, h.t1, h.u0)
 		a.rate.Store(r)
