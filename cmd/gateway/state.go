@@ -333,11 +333,20 @@ func (k *stateKeeper) writeFile() (n int64, err error) {
 	}
 	defer gen.refs.Add(-1)
 	tmp := k.cfg.file + ".tmp"
-	// A .tmp left by a process killed while writing is truncated and
-	// reused, so none piles up; 0600 because the snapshot holds the
-	// limiters' key-hash secrets (Chmod too: O_CREATE keeps an existing
-	// file's mode).
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	// A file or link at the temporary name (a .tmp left by a process
+	// killed while writing, so none piles up, or one someone who can
+	// write to the directory put there) is removed, and a new file is
+	// created (O_EXCL: never through a symbolic link, whose target would
+	// be truncated, filled with the snapshot and chmodded); a directory
+	// there is an error. 0600 because the snapshot holds the limiters'
+	// key-hash secrets (Chmod too: the umask could only have removed
+	// bits).
+	if fi, err := os.Lstat(tmp); err == nil && !fi.IsDir() {
+		if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("removing the earlier %s: %w", tmp, err)
+		}
+	}
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, fmt.Errorf("creating %s: %w", tmp, err)
 	}
