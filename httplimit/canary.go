@@ -110,6 +110,11 @@ func newCohort(r *Rule, dryRun bool, where string) (cohort, error) {
 	return c, nil
 }
 
+// mayShadow reports whether the rule may decide some key in shadow: it is
+// on trial, so the rules that would decide a request without it still
+// apply (see Middleware.collect).
+func (c *cohort) mayShadow() bool { return c.shadow || !c.all }
+
 // shadowFor reports whether the rule decides key in shadow: it refuses
 // nothing, and counts a refusal as DryRunDenied.
 func (c *cohort) shadowFor(key string) bool {

@@ -23,45 +23,58 @@ func apiKey(i int) map[string]string {
 // TestShadowedRuleNeverRefusesWhileOthersDo: one rule in shadow
 // (Rule.DryRun) passes every request it would refuse, advertising r=0
 // without Retry-After and counting DryRunDenied, while the other rules
-// and the default keep refusing.
+// and the default keep refusing. Its requests are still the default's
+// (limit 5), as they were before the shadow rule was added: client A's
+// sixth request to /new is refused by the default.
 func TestShadowedRuleNeverRefusesWhileOthersDo(t *testing.T) {
 	clk := newClock()
 	m := mustNew(t, Options{Rules: []Rule{
 		{Name: "new", PathPrefix: "/new", DryRun: boolp(true), Engine: logConfig(1, time.Minute, clk)},
 		{Name: "old", PathPrefix: "/old", Engine: logConfig(1, time.Minute, clk)},
-	}, Default: &Rule{Name: "default", Engine: logConfig(1, time.Minute, clk)}})
+	}, Default: &Rule{Name: "default", Engine: logConfig(5, time.Minute, clk)}})
 	h := m.Handler(okHandler)
+	const a, b = "192.0.2.1:1", "192.0.2.2:1"
 	for i := range 5 {
-		rec := serveRec(h, "GET", "/new", "", nil)
+		rec := serveRec(h, "GET", "/new", a, nil)
 		if rec.Code != 200 {
 			t.Fatalf("shadowed rule, request %d: %d, want 200", i, rec.Code)
 		}
 		if i > 0 {
-			if got := rec.Header().Get("RateLimit"); got != `"new";r=0;t=60` {
-				t.Errorf("shadowed rule, request %d: RateLimit %q, want its would-be refusal r=0;t=60", i, got)
+			if got, want := rec.Header().Get("RateLimit"), `"new";r=0;t=60, "default";r=`; !strings.HasPrefix(got, want) {
+				t.Errorf("shadowed rule, request %d: RateLimit %q, want its would-be refusal r=0;t=60 beside the default's", i, got)
 			}
 			if got := rec.Header().Get("Retry-After"); got != "" {
 				t.Errorf("shadowed rule, request %d: Retry-After %q on a passed request", i, got)
 			}
 		}
 	}
-	for _, path := range []string{"/old", "/"} {
-		if rec := serveRec(h, "GET", path, "", nil); rec.Code != 200 {
-			t.Fatalf("%s first request: %d", path, rec.Code)
+	if rec := serveRec(h, "GET", "/new", a, nil); rec.Code != 429 {
+		t.Errorf("sixth request to /new: %d, want 429 from the default, which decided /new before the shadow rule came", rec.Code)
+	}
+	for path, limit := range map[string]int{"/old": 1, "/": 5} {
+		for i := range limit {
+			if rec := serveRec(h, "GET", path, b, nil); rec.Code != 200 {
+				t.Fatalf("%s request %d: %d", path, i, rec.Code)
+			}
 		}
-		if rec := serveRec(h, "GET", path, "", nil); rec.Code != 429 {
-			t.Errorf("%s second request: %d, want 429 (its rule enforces)", path, rec.Code)
+		if rec := serveRec(h, "GET", path, b, nil); rec.Code != 429 {
+			t.Errorf("%s past its limit: %d, want 429 (its rule enforces)", path, rec.Code)
 		}
 	}
-	if s := m.Stats(); s != (Stats{Allowed: 3, Denied: 2, DryRunDenied: 4}) {
-		t.Errorf("Stats %+v, want 3 allowed, 2 denied, 4 dry-run denied", s)
+	// /new: 1 allowed, 4 passed as would-be refusals, the sixth refused;
+	// /old: 1 allowed, 1 refused; /: 5 allowed, 1 refused.
+	if s := m.Stats(); s != (Stats{Allowed: 7, Denied: 3, DryRunDenied: 4}) {
+		t.Errorf("Stats %+v, want 7 allowed, 3 denied, 4 dry-run denied", s)
 	}
 	rs := m.RuleStats()
-	if rs[0] != (RuleStats{Rule: "new", Allowed: 1, ShadowAllowed: 1, DryRunDenied: 4}) {
+	if rs[0] != (RuleStats{Rule: "new", Allowed: 1, ShadowAllowed: 1, DryRunDenied: 5}) {
 		t.Errorf("shadowed rule's RuleStats %+v", rs[0])
 	}
 	if rs[1] != (RuleStats{Rule: "old", Allowed: 1, Denied: 1}) {
 		t.Errorf("enforcing rule's RuleStats %+v", rs[1])
+	}
+	if rs[2] != (RuleStats{Rule: "default", Allowed: 10, Denied: 2}) {
+		t.Errorf("default's RuleStats %+v, want 10 allowed (5 on /new, 5 on /), 2 denied", rs[2])
 	}
 }
 
@@ -383,5 +396,148 @@ func TestShadowRuleDoesNotLengthenAnEnforcedRefusalsRetryAfter(t *testing.T) {
 	}
 	if !strings.Contains(rec.Body.String(), "retry in 61 s") {
 		t.Errorf("problem detail disagrees with Retry-After: %s", rec.Body)
+	}
+}
+
+// TestRuleOnTrialLeavesItsRequestsToTheRuleThatDecidedThemBefore: adding
+// a rule in shadow takes no request away from the rule that decided it
+// before: in first-match order the next matching rule still applies, and
+// (in either mode) so does the default when no other rule matches. Before,
+// a shadow rule on /api/v2 left /api/v2 unlimited.
+func TestRuleOnTrialLeavesItsRequestsToTheRuleThatDecidedThemBefore(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		matchAll bool
+		rules    []Rule
+		def      int // the default's limit
+		refuser  string
+	}{
+		{"first match, the next rule", false, []Rule{{Name: "api", PathPrefix: "/api", Engine: logConfig(2, time.Minute, nil)}}, 100, "api"},
+		{"first match, the default", false, nil, 2, "default"},
+		{"match all, the default", true, nil, 2, "default"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clk := newClock()
+			rules := []Rule{{Name: "new", PathPrefix: "/api/v2", DryRun: boolp(true), Engine: logConfig(1, time.Minute, clk)}}
+			for _, r := range c.rules {
+				r.Engine.Clock = clk
+				rules = append(rules, r)
+			}
+			var denial Denial
+			m := mustNew(t, Options{MatchAll: c.matchAll, Rules: rules, Default: &Rule{Name: "default", Engine: logConfig(c.def, time.Minute, clk)},
+				OnDeny: func(w http.ResponseWriter, r *http.Request, d Denial) { denial = d; DenyProblem(w, r, d) }})
+			h := m.Handler(okHandler)
+			for i := range 2 {
+				if rec := serveRec(h, "GET", "/api/v2/items", "", nil); rec.Code != 200 {
+					t.Fatalf("request %d: %d", i, rec.Code)
+				}
+			}
+			rec := serveRec(h, "GET", "/api/v2/items", "", nil)
+			if rec.Code != 429 || denial.Rule != c.refuser {
+				t.Fatalf("third request: %d refused by %q, want 429 by %s, which decided /api/v2 before the shadow rule came", rec.Code, denial.Rule, c.refuser)
+			}
+			if rs := m.RuleStats()[0]; rs.Denied != 0 || rs.DryRunDenied != 2 {
+				t.Errorf("shadow rule's RuleStats %+v, want 2 dry-run denied, none denied", rs)
+			}
+		})
+	}
+}
+
+// TestCanaryEnforcedCohortAloneDecidesItsKeys: a canary rule decides the
+// keys it enforces alone (the default neither applies nor counts them),
+// and leaves its shadow cohort to the default, which limited every key
+// before the canary.
+func TestCanaryEnforcedCohortAloneDecidesItsKeys(t *testing.T) {
+	clk := newClock()
+	canary := Rule{Name: "canary", PathPrefix: "/api", EnforcePercent: pctp(50), Engine: logConfig(100, time.Minute, clk)}
+	m := mustNew(t, Options{Key: Header("X-Api-Key"), Rules: []Rule{canary},
+		Default: &Rule{Name: "default", Engine: logConfig(1, time.Minute, clk)}})
+	co, err := newCohort(&canary, false, "Rules[0]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(okHandler)
+	var enforced, shadow int
+	for i := range 40 {
+		k := apiKey(i)
+		first := serveRec(h, "GET", "/api/x", "", k)
+		second := serveRec(h, "GET", "/api/x", "", k)
+		if co.shadowFor(k["X-Api-Key"]) {
+			shadow++
+			if first.Code != 200 || second.Code != 429 {
+				t.Errorf("shadow-cohort key %d: %d then %d, want 200 then 429 from the default", i, first.Code, second.Code)
+			}
+			continue
+		}
+		enforced++
+		if first.Code != 200 || second.Code != 200 || strings.Contains(second.Header().Get("RateLimit"), "default") {
+			t.Errorf("enforced key %d: %d then %d (%q), want 200 twice, decided by the canary rule alone", i, first.Code, second.Code, second.Header().Get("RateLimit"))
+		}
+	}
+	if enforced == 0 || shadow == 0 {
+		t.Fatalf("%d enforced and %d shadow keys of 40 at 50 %%: the test needs both", enforced, shadow)
+	}
+	rs := m.RuleStats()
+	if rs[1] != (RuleStats{Rule: "default", Allowed: uint64(shadow), Denied: uint64(shadow)}) {
+		t.Errorf("default's RuleStats %+v, want %d allowed and %d denied (the shadow cohort's keys only)", rs[1], shadow, shadow)
+	}
+}
+
+// TestRuleOnTrialRefusesNothingForAMissingKey: a shadow or canary rule
+// whose key function fails (FailOpen false) does not answer 400: it counts
+// the key error and leaves the request to the rules that decided it
+// before (here the default), or passes it when there are none.
+func TestRuleOnTrialRefusesNothingForAMissingKey(t *testing.T) {
+	for _, trial := range []Rule{
+		{Name: "trial", PathPrefix: "/api", DryRun: boolp(true)},
+		{Name: "trial", PathPrefix: "/api", EnforcePercent: pctp(5)},
+	} {
+		for _, withDefault := range []bool{true, false} {
+			clk := newClock()
+			trial.Key, trial.Engine = Header("X-Api-Key"), logConfig(1, time.Minute, clk)
+			opts := Options{Rules: []Rule{trial}}
+			if withDefault {
+				opts.Default = &Rule{Name: "default", Engine: logConfig(1, time.Minute, clk)}
+			} else {
+				opts.Rules = append(opts.Rules, Rule{Name: "other", PathPrefix: "/other", Engine: logConfig(1, time.Minute, clk)})
+			}
+			m := mustNew(t, opts)
+			h := m.Handler(okHandler)
+			first := serveRec(h, "GET", "/api/x", "", nil)
+			second := serveRec(h, "GET", "/api/x", "", nil)
+			want := 429 // the default, per client IP
+			if !withDefault {
+				want = 200 // nothing else applies: passed as unmatched
+			}
+			if first.Code != 200 || second.Code != want {
+				t.Errorf("DryRun %v EnforcePercent %v, default %v: %d then %d, want 200 then %d", trial.DryRun != nil, trial.EnforcePercent != nil, withDefault, first.Code, second.Code, want)
+			}
+			if rs := m.RuleStats()[0]; rs.KeyErrors != 2 {
+				t.Errorf("trial rule's RuleStats %+v, want 2 key errors", rs)
+			}
+		}
+	}
+}
+
+// TestGlobalDryRunDecidesByTheFirstMatchAlone: under Options.DryRun no
+// rule enforces any key, so no rule stands in for another: a request is
+// decided (in shadow) by its first matching rule alone, and the default
+// sees only the requests no rule matched, as without rules on trial.
+func TestGlobalDryRunDecidesByTheFirstMatchAlone(t *testing.T) {
+	clk := newClock()
+	m := mustNew(t, Options{DryRun: true, Rules: []Rule{
+		{Name: "a", PathPrefix: "/a", Engine: logConfig(1, time.Minute, clk)},
+		{Name: "all", Engine: logConfig(1, time.Minute, clk)},
+	}, Default: &Rule{Name: "default", Engine: logConfig(1, time.Minute, clk)}})
+	h := m.Handler(okHandler)
+	for i := range 3 {
+		rec := serveRec(h, "GET", "/a", "", nil)
+		if rec.Code != 200 || rec.Header().Get("RateLimit") != `"a";r=0;t=60` {
+			t.Errorf("request %d: %d %q, want 200 decided by a alone", i, rec.Code, rec.Header().Get("RateLimit"))
+		}
+	}
+	rs := m.RuleStats()
+	if rs[1].Allowed+rs[1].DryRunDenied != 0 || rs[2].Allowed+rs[2].DryRunDenied != 0 {
+		t.Errorf("RuleStats %+v: only a should have decided", rs)
 	}
 }

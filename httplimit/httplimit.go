@@ -98,7 +98,10 @@ type Rule struct {
 	// Options.DryRun; false enforces the rule under a global DryRun, so
 	// one rule can enforce while the rest are shadow-tested, or the other
 	// way round. A shadow rule never changes what happens to a request:
-	// see Options.MatchAll for what it consumes.
+	// the rules that would decide it without the shadow rule still do
+	// (Options.Rules, Options.Default), a key the rule cannot find
+	// refuses nothing (it counts a key error and leaves the request to
+	// the others), and see Options.MatchAll for what it consumes.
 	DryRun *bool
 	// EnforcePercent, in [0, 100] (fractions allowed; nil: 100), is the
 	// share of keys this rule enforces, for a canary rollout: the other
@@ -162,7 +165,12 @@ const (
 // Options configures a Middleware.
 type Options struct {
 	// Rules are tried in order; the first that matches decides, or, with
-	// MatchAll, every rule that matches applies.
+	// MatchAll, every rule that matches applies. A rule on trial (DryRun,
+	// or EnforcePercent below 100) takes no request away from the rules
+	// that enforce it without it: where the rule decides the key in
+	// shadow, the next matching rule that enforces the key (else the
+	// default, if it does) applies beside it, as it did before the rule
+	// on trial was added.
 	Rules []Rule
 	// MatchAll applies every matching rule (stacked limits: 5/min on POST
 	// /login and 1000/min per client overall). The request is refused if
@@ -182,7 +190,8 @@ type Options struct {
 	// refuses or would refuse (so a shadow-only stack, or a global DryRun,
 	// consumes nothing on a would-be refusal, as before).
 	MatchAll bool
-	// Default decides requests no rule matched. Its Method, PathPrefix
+	// Default decides requests no rule matched, and enforces those that
+	// only rules on trial matched and decide in shadow (see Rules). Its Method, PathPrefix
 	// and Tier must be empty. Nil means such requests pass unlimited (and
 	// are counted as Unmatched); Rules and Default must not both be empty
 	// (New returns ErrNoRules).
@@ -649,6 +658,10 @@ type applied struct {
 	// shadow: the rule decides this key in shadow (Rule.DryRun, or the
 	// key outside Rule.EnforcePercent): it refuses nothing.
 	shadow bool
+	// standIn: the rule applies only in place of rules on trial (see
+	// collect): if it enforces the request's key and no rule before it
+	// does.
+	standIn bool
 }
 
 // serve runs one request through its phases: exemption, matching, keys,
@@ -681,7 +694,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if m.observe != nil {
 		start = time.Now()
 	}
-	if !m.resolveKeys(w, r, next, s, as, start) {
+	as, ok := m.resolveKeys(w, r, next, s, as, start)
+	if !ok {
 		return
 	}
 	denied := decide(r.Context(), as)
@@ -730,49 +744,85 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, next http.Han
 	m.pass(w, r, next, setHeaders(w.Header(), w, as, m.upstream, expose))
 }
 
-// collect appends the rules that apply to r: the first match, every match
-// (MatchAll), or the default rule; none if nothing matched and there is
-// no default.
+// collect appends the rules that may apply to r: the first match, every
+// match (MatchAll), or the default rule; none if nothing matched and there
+// is no default.
+//
+// A rule on trial (Rule.DryRun or EnforcePercent below 100: it may decide
+// a key in shadow) takes no request away from the rules that enforce it
+// without it: after it come, as stand-ins, the next matching rules up to
+// one that enforces every key (first match), and the default if no
+// collected rule enforces every key. resolveKeys keeps the first stand-in
+// that enforces the request's key, unless a rule before it does. Without
+// this, a shadow rule on /login (or its canary's shadow cohort) left
+// /login unlimited where the default limited it before. Stand-ins in
+// shadow by DryRun are not collected: they could enforce no key, so a
+// global DryRun decides exactly as without stand-ins.
 func (m *Middleware) collect(r *http.Request, as []applied) []applied {
 	mt := matcher{m: m, r: r}
+	decided := false // a collected rule enforces every key
 	for i := range m.rules {
 		ru := &m.rules[i]
-		if mt.matches(ru) {
-			as = append(as, applied{ru: ru})
+		if !mt.matches(ru) {
+			continue
+		}
+		standIn := !m.matchAll && len(as) > 0
+		if standIn && ru.cohort.shadow {
+			continue
+		}
+		as = append(as, applied{ru: ru, standIn: standIn})
+		if !ru.cohort.mayShadow() {
+			decided = true
 			if !m.matchAll {
 				break
 			}
 		}
 	}
-	if len(as) == 0 && m.def != nil {
-		as = append(as, applied{ru: m.def})
+	if !decided && m.def != nil && (len(as) == 0 || !m.def.cohort.shadow) {
+		as = append(as, applied{ru: m.def, standIn: len(as) > 0})
 	}
 	return as
 }
 
 // resolveKeys runs each applied rule's key function before any backend
-// call, so a request refused for its key consumes nothing. It reports
-// false when it has answered the request itself (FailOpen false, or no
-// fallback key either).
-func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time) bool {
+// call, so a request refused for its key consumes nothing, and returns
+// the rules that apply: collect's, less the stand-ins not needed (a rule
+// before them enforces the key) or in shadow for the key, and less the
+// rules on trial whose key failed (a rule that may decide in shadow
+// refuses nothing, not even for a missing key: it counts the key error
+// and leaves the request to the others). It reports false when it has
+// answered the request itself (FailOpen false, or no fallback key
+// either, or no rule left to apply).
+func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time) ([]applied, bool) {
 	fellBack := false
+	enforced := false // a kept rule enforces this request's key
+	n := 0            // rules kept, compacted to as[:n]
 	for i := range as {
 		a := &as[i]
+		if a.standIn && enforced {
+			break // stand-ins come last: none is needed
+		}
 		k, err := a.ru.key(r)
 		if err != nil {
 			m.ruleCounters(s, a.ru).keyErrors.Add(1)
-			if !m.failOpen {
-				m.counters(s).failedClosed.Add(1)
-				m.report(r, s, a, OutcomeKeyError, err, start)
-				m.onKeyErr(w, r, err)
-				return false
+			var fk string
+			ferr := err
+			if m.failOpen {
+				fk, ferr = m.fallback(r)
 			}
-			fk, ferr := m.fallback(r)
 			if ferr != nil {
-				m.counters(s).failedOpen.Add(1)
 				m.report(r, s, a, OutcomeKeyError, err, start)
-				next.ServeHTTP(w, r)
-				return false
+				switch {
+				case a.ru.cohort.mayShadow():
+					continue // dropped: a rule on trial refuses nothing; the others decide
+				case !m.failOpen:
+					m.counters(s).failedClosed.Add(1)
+					m.onKeyErr(w, r, err)
+				default:
+					m.counters(s).failedOpen.Add(1)
+					next.ServeHTTP(w, r)
+				}
+				return as, false
 			}
 			k = fallbackNS + fk
 			fellBack = true
@@ -782,11 +832,26 @@ func (m *Middleware) resolveKeys(w http.ResponseWriter, r *http.Request, next ht
 			a.nsKey = a.ru.ns + k
 		}
 		a.shadow = a.ru.cohort.shadowFor(k)
+		if a.standIn && a.shadow {
+			continue // in shadow for this key: it stands in for nothing
+		}
+		enforced = enforced || !a.shadow
+		if n != i {
+			as[n] = *a
+		}
+		n++
 	}
 	if fellBack {
 		m.counters(s).fallbacks.Add(1)
 	}
-	return true
+	if n == 0 {
+		// Only rules on trial applied, and none could key the request:
+		// it passes as if they were not there (nothing matched).
+		m.counters(s).unmatched.Add(1)
+		next.ServeHTTP(w, r)
+		return as, false
+	}
+	return as[:n], true
 }
 
 // decide asks the backends and returns the index of the refusing

@@ -10,14 +10,16 @@ import (
 )
 
 // rolloutConfig has a canary rule on /api (one request per client and
-// minute, enforce_percent given), a shadow rule on /new, and an enforcing
-// default, all keyed by X-API-Key.
+// minute, enforce_percent given), a shadow rule on /new (one request per
+// client and minute), and an enforcing default (five per client and
+// minute), all keyed by X-API-Key. The default limits what the rules on
+// trial decide in shadow, as it did before they were added.
 func rolloutConfig(percent string) string {
 	return `
 rate_limiting:
   sliding_window:
     window_size_ms: 60000
-    max_requests: 1
+    max_requests: 5
   algorithm: log
   key: header
   rules:
@@ -27,6 +29,7 @@ rate_limiting:
       enforce_percent: ` + percent + `
     - name: new
       path_prefix: /new
+      max_requests: 1
       dry_run: true
 `
 }
@@ -53,16 +56,25 @@ func reload(t *testing.T, g *gateway, cfg string) {
 }
 
 // TestShadowedRuleFromYAMLNeverRefusesWhileTheDefaultDoes: dry_run on a
-// rule shadows that rule alone.
+// rule shadows that rule alone, and the default still limits the
+// requests the shadow rule decides (it limited /new before the rule came):
+// client-a's sixth request to /new is refused by the default.
 func TestShadowedRuleFromYAMLNeverRefusesWhileTheDefaultDoes(t *testing.T) {
 	g, _ := newTestGateway(t, rolloutConfig("100"), okUpstream(t).URL)
-	for i := range 4 {
+	for i := range 5 {
 		if code := serveKey(g, "/new", "client-a"); code != 200 {
 			t.Errorf("shadowed rule, request %d: %d, want 200", i, code)
 		}
 	}
-	serveKey(g, "/", "client-a")
-	if code := serveKey(g, "/", "client-a"); code != 429 {
+	if code := serveKey(g, "/new", "client-a"); code != 429 {
+		t.Errorf("sixth request to /new: %d, want 429 from the default", code)
+	}
+	for i := range 5 {
+		if code := serveKey(g, "/", "client-b"); code != 200 {
+			t.Errorf("default policy, request %d: %d, want 200", i, code)
+		}
+	}
+	if code := serveKey(g, "/", "client-b"); code != 429 {
 		t.Errorf("default policy past its limit: %d, want 429", code)
 	}
 	for _, c := range []struct {
@@ -70,9 +82,9 @@ func TestShadowedRuleFromYAMLNeverRefusesWhileTheDefaultDoes(t *testing.T) {
 		want   float64
 	}{
 		{`cohort="shadow",outcome="allowed",rule="new"`, 1},
-		{`cohort="shadow",outcome="dry_run_denied",rule="new"`, 3},
-		{`cohort="enforced",outcome="denied",rule="default"`, 1},
-		{`cohort="enforced",outcome="allowed",rule="default"`, 1},
+		{`cohort="shadow",outcome="dry_run_denied",rule="new"`, 5},
+		{`cohort="enforced",outcome="denied",rule="default"`, 2},
+		{`cohort="enforced",outcome="allowed",rule="default"`, 10},
 	} {
 		if got := testutilCounter(t, g.metrics, "slidelimit_gateway_cohort_decisions_total", c.labels); got != c.want {
 			t.Errorf("cohort_decisions_total{%s} = %v, want %v", c.labels, got, c.want)
@@ -109,7 +121,7 @@ func TestCanaryCohortsSurviveReloads(t *testing.T) {
 		t.Errorf("%d of %d clients enforced at enforce_percent 5, want about %d", count, n, n/20)
 	}
 
-	reload(t, g, strings.Replace(cfg, "dry_run: true", "dry_run: true\n      max_requests: 7", 1))
+	reload(t, g, strings.Replace(cfg, "max_requests: 1\n      dry_run: true", "max_requests: 7\n      dry_run: true", 1))
 	for i := range n {
 		// The rule kept its counts (every client has used its one
 		// request), so an enforced client is refused at once.
