@@ -505,6 +505,13 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "400 bad request: control character in the path", http.StatusBadRequest)
 		return
 	}
+	if !validHost(r.Host) {
+		// net/http checks a Host header, but a request line in absolute
+		// form ("GET http://a\";for=1.2.3.4/ HTTP/1.1") sets r.Host from
+		// the URL unchecked, and the host goes on in X-Forwarded-Host.
+		http.Error(w, "400 bad request: malformed host", http.StatusBadRequest)
+		return
+	}
 	if !utf8.ValidString(r.URL.Path) {
 		// Invalid UTF-8 (an overlong "%c0%af" for "/", a stray Latin-1
 		// byte) is read differently by every decoder behind the gateway:
@@ -718,4 +725,21 @@ func (g *gateway) currentHybrids() []promlimit.Hybrid {
 		return gen.hybrids
 	}
 	return nil
+}
+
+// validHost reports whether h holds only the bytes net/http accepts in a
+// Host header (golang.org/x/net/http/httpguts.ValidHostHeader's set: an
+// RFC 3986 host, port and IPv6 literal, plus the sub-delims), so an
+// absolute-form request line cannot carry more than a Host header could.
+func validHost(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!$%&'()*+,-.:;=[]_~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }

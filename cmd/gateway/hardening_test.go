@@ -268,3 +268,40 @@ func TestSuffixQueryAndUnicodeSpellingsNeverReachTheUpstream(t *testing.T) {
 		}
 	}
 }
+
+// TestAbsoluteFormHostIsCheckedLikeAHostHeader: net/http refuses a Host
+// header holding a quote, but a request line in absolute form sets the
+// request's host from its URL unchecked, and the gateway forwarded it raw
+// in X-Forwarded-Host. Such a request now gets 400 and never reaches the
+// upstream; a plain absolute-form request still passes.
+func TestAbsoluteFormHostIsCheckedLikeAHostHeader(t *testing.T) {
+	var reached atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reached.Add(1)
+		fmt.Fprint(w, r.Header.Get("X-Forwarded-Host"))
+	}))
+	defer up.Close()
+	addr, _ := startGateway(t, minimal, up.URL)
+	for _, tc := range []struct {
+		line string
+		want int
+	}{
+		{"GET http://a\";for=1.2.3.4/ok HTTP/1.1", http.StatusBadRequest},
+		{"GET http://a<b>/ok HTTP/1.1", http.StatusBadRequest},
+		{"GET http://api.example:8080/ok HTTP/1.1", http.StatusOK},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := reached.Load()
+		fmt.Fprintf(c, "%s\r\nHost: x\r\nConnection: close\r\n\r\n", tc.line)
+		if code := readStatus(t, c); code != tc.want {
+			t.Errorf("%q: %d, want %d", tc.line, code, tc.want)
+		}
+		c.Close()
+		if got := reached.Load() - before; (tc.want == http.StatusOK) != (got == 1) {
+			t.Errorf("%q: the upstream got %d requests", tc.line, got)
+		}
+	}
+}
