@@ -85,10 +85,11 @@ benchstat: bench
 bench-baseline:
 	cp $(BENCH_DIR)/engine.txt $(BENCH_BASELINE)
 
-## bench-big: the 10M-key engine scenarios (about 2 GB), to out/bench/big.txt.
+## bench-big: the 10M-key engine scenarios (about 2 GB) and the snapshot write and restore of 10M counter keys, to out/bench/big.txt.
 bench-big:
 	@mkdir -p $(BENCH_DIR) && rm -f $(BENCH_DIR)/big.txt
 	$(call bench-run,bench,^BenchmarkAllow$$/./^keys=10M$$,-count=$(BIG_COUNT) -benchtime=$(RESULTS_TIME) -bench.big,$(BENCH_DIR)/big.txt)
+	$(call bench-run,bench,^BenchmarkSnapshot$$/./^keys=10M$$,-count=$(BIG_COUNT) -benchtime=3x -bench.big,$(BENCH_DIR)/big.txt)
 
 ## compare: ours and the peers in rounds (each round measures every implementation of a scenario in turn), then the ratio table.
 compare:

@@ -58,7 +58,7 @@ func MiddlewareImpls() []MiddlewareImpl {
 		{"httplimit-gcra", "httplimit over the engine's GCRA", "github.com/slidelimit/slidelimit", newHTTPLimit(engine.GCRA), nil},
 		{"httprate-mw", "httprate.LimitBy (sliding window counter), key: RemoteAddr's IP via CanonicalizeIP", "github.com/go-chi/httprate", newHTTPRateMiddleware, nil},
 		{"tollbooth-mw", "tollbooth.LimitHandler (x/time/rate token bucket per key in an expirable cache), IP lookup RemoteAddr only, URL ignored", "github.com/didip/tollbooth/v7", newTollbooth, nil},
-		{"golimiter-mw", "go-limiter httplimit.Middleware over memorystore (token bucket), IPKeyFunc()", "github.com/sethvargo/go-limiter", newGoLimiterMiddleware, &goLimiterHotAllowed},
+		{"golimiter-mw", "go-limiter httplimit.Middleware over memorystore (token bucket), IPKeyFunc(); one-client allowed row at 200 per 40 µs (its refill cannot hold the shared profile)", "github.com/sethvargo/go-limiter", newGoLimiterMiddleware, &goLimiterHotAllowed},
 		{"ulule-mw", "ulule/limiter stdlib.Middleware over the memory store (fixed window), default key getter (RemoteAddr)", "github.com/ulule/limiter/v3", newUluleMiddleware, nil},
 	}
 }
