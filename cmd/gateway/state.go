@@ -66,7 +66,8 @@ func (rl *rateLimiting) stateConfig() (stateConfig, error) {
 //
 // Each write goes to cfg.file + ".tmp" (mode 0600: the snapshot holds the
 // limiters' key-hash secrets), is synced, renamed over cfg.file and the
-// directory synced: cfg.file is always one whole snapshot, the last whose
+// directory synced (a cfg.file that is a symbolic link: all of that where
+// it points, and the link stays): cfg.file is always one whole snapshot, the last whose
 // write completed. A killed process (SIGKILL, a crash) loses the
 // decisions made after that snapshot was taken (when its write began):
 // at most one interval's plus one write's duration, while a write takes
@@ -86,8 +87,13 @@ func (rl *rateLimiting) stateConfig() (stateConfig, error) {
 // snapshot that may be good is never overwritten by an emptier one.
 type stateKeeper struct {
 	cfg stateConfig
-	g   *gateway
-	log *slog.Logger
+	// path is cfg.file, or where it points if it is a symbolic link: the
+	// snapshot is read, set aside and written there (renaming the new one
+	// over the link would replace the link with a file beside it, and the
+	// target, on a persistent volume say, would never change again).
+	path string
+	g    *gateway
+	log  *slog.Logger
 
 	mu     sync.Mutex // serializes writes
 	frozen bool       // under mu: cfg.file could not be set aside; write nothing
@@ -120,17 +126,24 @@ func startState(c stateConfig, g *gateway, log *slog.Logger) (*stateKeeper, erro
 		return nil, nil
 	}
 	const field = "rate_limiting.state_file"
-	dir := filepath.Dir(c.file)
+	path, err := followLinks(c.file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %w", field, err, errConfig)
+	}
+	dir := filepath.Dir(path)
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		if err == nil {
 			err = errors.New("not a directory")
 		}
 		return nil, fmt.Errorf("%s: the directory %s: %w: %w", field, dir, err, errConfig)
 	}
-	if fi, err := os.Stat(c.file); err == nil && !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: %s is not a regular file: %w", field, c.file, errConfig)
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %s is not a regular file: %w", field, path, errConfig)
 	}
-	k := &stateKeeper{cfg: c, g: g, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	if path != c.file {
+		log.Info("rate_limiting.state_file is a symbolic link; the state is kept where it points", "state_file", c.file, "target", path)
+	}
+	k := &stateKeeper{cfg: c, path: path, g: g, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	k.register(g.metrics.reg)
 	outcome := k.restoreFile()
 	for _, o := range []string{restoreRestored, restorePartial, restoreFailed, restoreAbsent} {
@@ -179,7 +192,7 @@ func (k *stateKeeper) register(reg *prometheus.Registry) {
 // the outcome; one that is not restoreRestored or restoreAbsent sets the
 // file aside.
 func (k *stateKeeper) restoreFile() string {
-	f, err := os.Open(k.cfg.file)
+	f, err := os.Open(k.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		k.log.Info("no state snapshot yet; the in-memory rules start empty", "state_file", k.cfg.file)
 		return restoreAbsent
@@ -229,7 +242,7 @@ func onlyRulesSkipped(err error) bool {
 // setAside renames cfg.file to a name of its own beside it, never over
 // another file; on failure writes stop (frozen) so it is not overwritten.
 func (k *stateKeeper) setAside() {
-	base := k.cfg.file + ".rejected-" + time.Now().UTC().Format("20060102T150405.000Z")
+	base := k.path + ".rejected-" + time.Now().UTC().Format("20060102T150405.000Z")
 	aside := base
 	for i := 1; ; i++ {
 		if _, err := os.Lstat(aside); errors.Is(err, fs.ErrNotExist) {
@@ -237,13 +250,13 @@ func (k *stateKeeper) setAside() {
 		}
 		aside = fmt.Sprintf("%s-%d", base, i)
 	}
-	if err := os.Rename(k.cfg.file, aside); err != nil {
+	if err := os.Rename(k.path, aside); err != nil {
 		k.frozen = true
 		k.log.Error("could not set the state snapshot aside; no state is written until restart, so it is not overwritten",
 			"state_file", k.cfg.file, "err", err.Error())
 		return
 	}
-	_ = syncDir(filepath.Dir(k.cfg.file))
+	_ = syncDir(filepath.Dir(k.path))
 	k.log.Warn("state snapshot set aside; the next write starts a new one", "state_file", k.cfg.file, "kept_as", aside)
 }
 
@@ -332,7 +345,7 @@ func (k *stateKeeper) writeFile() (n int64, err error) {
 		return 0, errors.New("no configuration is loaded")
 	}
 	defer gen.refs.Add(-1)
-	tmp := k.cfg.file + ".tmp"
+	tmp := k.path + ".tmp"
 	// A file or link at the temporary name (a .tmp left by a process
 	// killed while writing, so none piles up, or one someone who can
 	// write to the directory put there) is removed, and a new file is
@@ -369,12 +382,12 @@ func (k *stateKeeper) writeFile() (n int64, err error) {
 	if err := f.Close(); err != nil {
 		return n, fmt.Errorf("closing %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, k.cfg.file); err != nil {
+	if err := os.Rename(tmp, k.path); err != nil {
 		return n, fmt.Errorf("renaming %s into place: %w", tmp, err)
 	}
 	// The rename is durable once the directory is synced.
-	if err := syncDir(filepath.Dir(k.cfg.file)); err != nil {
-		return n, fmt.Errorf("syncing the directory of %s: %w", k.cfg.file, err)
+	if err := syncDir(filepath.Dir(k.path)); err != nil {
+		return n, fmt.Errorf("syncing the directory of %s: %w", k.path, err)
 	}
 	return n, nil
 }
@@ -394,6 +407,32 @@ func holdCurrent(g *gateway) *generation {
 		}
 		gen.refs.Add(-1)
 	}
+}
+
+// maxLinks bounds the symbolic links followLinks follows (Linux's own
+// bound, ELOOP past it).
+const maxLinks = 40
+
+// followLinks returns file, or the path its chain of symbolic links ends
+// at, which need not exist yet (a state_file whose target a first start
+// creates).
+func followLinks(file string) (string, error) {
+	path := file
+	for range maxLinks {
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return path, nil // not there yet, or not a link
+		}
+		to, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(filepath.Dir(path), to)
+		}
+		path = filepath.Clean(to)
+	}
+	return "", fmt.Errorf("%s: more than %d symbolic links", file, maxLinks)
 }
 
 func syncDir(dir string) error {
