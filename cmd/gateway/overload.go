@@ -51,9 +51,11 @@ package main
 // sheddable). Which rules would decide it is found by a second
 // httplimit.Middleware built from the same rules, tiers, exemptions and
 // preflight rule, whose limiters refuse for the sheddable rules and admit
-// for the others: the same matching as the limits, without consuming any
-// quota or running any key function (key budgets are not charged for a
-// shed request). A shed response carries Retry-After: retry_after_ms,
+// for the others: the same matching as the limits (a rule on trial,
+// dry_run or enforce_percent, leaves its requests to the rule that would
+// decide them without it, so a sheddable stand-in sheds them: see
+// newShedClassifier), without consuming any quota or running any key
+// function (key budgets are not charged for a shed request). A shed response carries Retry-After: retry_after_ms,
 // by default exit_after x interval_ms (10 s), the least time the state
 // lasts, and a problem+json body (type about:blank) naming the rule, but
 // no rate-limit headers. Outside the protective state a request costs
@@ -325,10 +327,25 @@ func (o *overloadConfig) shedWrite(w http.ResponseWriter, r *http.Request, d htt
 // newShedClassifier builds the middleware that finds, for a request, the
 // sheddable rule that would decide it: c's rules, tiers, default and
 // preflight rule with the same matching (methods, paths, tiers, stacking,
-// exemptions), each on a fixed verdict: refused for the sheddable ones,
-// admitted for the others. Its key function is a constant, so nothing
-// that keys a real decision (a key budget in particular) runs for it.
+// exemptions, and the rules on trial: dry_run, enforce_percent), each on a
+// fixed verdict: refused for the sheddable ones, admitted for the others.
+// Its key function is a constant, so nothing that keys a real decision (a
+// key budget in particular) runs for it.
+//
+// Rules on trial. The real middleware leaves a request that a rule on
+// trial decides in shadow to the rule that enforced it before (the next
+// match, or the default): that rule applies too, and if it is sheddable
+// the request is shed. So the classifier keeps a rule's dry_run, and
+// finds the same stand-ins; a canary rule (enforce_percent below 100) is
+// classified as if every key were in its shadow cohort (the cohort needs
+// the key), so its stand-ins apply to all of its requests, as they do to
+// most at a small percentage. A sheddable rule is shed whether it enforces
+// or not, so it enforces in the classifier (its refusal reaches OnDeny):
+// where it matches, it sheds, also in the corner where the real
+// middleware would skip it (a sheddable dry_run rule matching after
+// another rule on trial, in first-match order).
 func newShedClassifier(c *config, shed map[string]bool, retry time.Duration) (*httplimit.Middleware, error) {
+	yes, none := true, 0.0
 	fake := func(r *httplimit.Rule) *httplimit.Rule {
 		if r == nil {
 			return nil
@@ -337,8 +354,17 @@ func newShedClassifier(c *config, shed map[string]bool, retry time.Duration) (*h
 		if shed[r.Name] {
 			d = engine.Decision{Limit: r.Engine.Limit, RetryAfter: retry, ResetAfter: retry}
 		}
-		return &httplimit.Rule{Name: r.Name, Method: r.Method, PathPrefix: r.PathPrefix, Tier: r.Tier,
+		f := &httplimit.Rule{Name: r.Name, Method: r.Method, PathPrefix: r.PathPrefix, Tier: r.Tier,
 			Limiter: fixedVerdict{d}, Limit: r.Engine.Limit, Window: r.Engine.Window}
+		switch {
+		case shed[r.Name]:
+			// Enforces, whatever its dry_run or enforce_percent (see above).
+		case r.DryRun != nil && *r.DryRun, r.DryRun == nil && c.opts.DryRun:
+			f.DryRun = &yes
+		case r.EnforcePercent != nil && *r.EnforcePercent < 100:
+			f.EnforcePercent = &none
+		}
+		return f
 	}
 	opts := httplimit.Options{
 		MatchAll: c.opts.MatchAll, Tier: c.opts.Tier, Exempt: c.opts.Exempt,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -669,6 +670,56 @@ func TestOverloadOffByReloadZeroesItsReadings(t *testing.T) {
 	for _, name := range []string{"gc_pause_p99_seconds", "gc_pauses", "heap_live_bytes", "heap_budget_bytes"} {
 		if v := metricValue(t, g, p+name); v != 0 {
 			t.Errorf("%s%s %v with overload.enabled: false, want 0", p, name, v)
+		}
+	}
+}
+
+// TestShedFollowsTheRulesOnTrialAndTheirStandIns: a rule on trial (dry_run)
+// leaves its requests to the rule that decided them before (here the
+// default), so a sheddable default sheds them in the protective state;
+// a sheddable rule in dry_run is shed too (shedding is not a rate-limit
+// refusal: the rule was listed to be shed); the rules that apply to
+// neither keep serving.
+func TestShedFollowsTheRulesOnTrialAndTheirStandIns(t *testing.T) {
+	const cfg = `
+rate_limiting:
+  sliding_window:
+    window_size_ms: 60000
+    max_requests: 100
+  key: ip
+  rules:
+    - name: new
+      path_prefix: /login
+      dry_run: true
+    - name: trial
+      path_prefix: /trial
+      dry_run: true
+    - name: keep
+      path_prefix: /keep
+overload:
+  gc_pause_p99_ms: 5
+  enter_after: 1
+  sheddable: [%s]
+`
+	for _, c := range []struct {
+		sheddable string
+		shed      map[string]string // path -> the rule named in the shed body
+	}{
+		{"default", map[string]string{"/login": "default", "/trial": "default", "/other": "default"}},
+		{"trial", map[string]string{"/trial": "trial"}},
+		{"new", map[string]string{"/login": "new"}},
+	} {
+		g, gw, _ := overloadGateway(t, fmt.Sprintf(cfg, c.sheddable), okUpstream(t).URL, func(*overloadConfig) overloadReadings { return gcReading(gcBad) })
+		g.overload.tick()
+		for _, path := range []string{"/login", "/trial", "/keep", "/other"} {
+			code, _, body := get(t, gw.URL+path)
+			want, shed := c.shed[path]
+			switch {
+			case shed && (code != 429 || !strings.Contains(body, `policy \"`+want+`\"`)):
+				t.Errorf("sheddable %s: %s answered %d %q, want 429 shed for %s", c.sheddable, path, code, body, want)
+			case !shed && code != 200:
+				t.Errorf("sheddable %s: %s answered %d, want 200", c.sheddable, path, code)
+			}
 		}
 	}
 }
