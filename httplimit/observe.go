@@ -52,9 +52,11 @@ type Event struct {
 	Shadow bool
 }
 
-// RuleStats counts what one rule decided. Under MatchAll a request counts
-// once in each rule that admitted it and took a unit, and a refused one
-// only in the rules that refused it. BackendErrors also counts in the
+// RuleStats counts what one rule decided. Under MatchAll (and where a
+// rule on trial decides a key in shadow and the rule that enforces it
+// stands in beside it: see Options.Rules) a request counts once in each
+// rule that admitted it and took a unit, and a refused one only in the
+// rules that refused it. BackendErrors also counts in the
 // outcome it came with.
 //
 // The two cohorts (Rule.DryRun, Rule.EnforcePercent): Denied counts only
