@@ -180,18 +180,21 @@ func b2u(v bool) byte {
 }
 
 // decode parses a header: ErrSnapshotCorrupt for a wrong magic or header
-// checksum, ErrSnapshotVersion for a newer version.
+// checksum, ErrSnapshotVersion for a newer version. The version is read
+// before the checksum: a later version may lay out (and checksum) the
+// rest of its header otherwise, and must still be reported as a version
+// this code does not read, not as damage.
 func (h *snapHeader) decode(b []byte) error {
 	le := binary.LittleEndian
 	if [8]byte(b[0:8]) != snapMagic {
 		return fmt.Errorf("engine: not a snapshot (magic %q): %w", b[0:8], ErrSnapshotCorrupt)
 	}
-	if got, want := le.Uint32(b[136:]), crc32.Checksum(b[:136], castagnoli); got != want {
-		return fmt.Errorf("engine: snapshot header checksum %#08x, computed %#08x: %w", got, want, ErrSnapshotCorrupt)
-	}
 	h.version = le.Uint32(b[8:])
 	if h.version > SnapshotVersion {
 		return fmt.Errorf("engine: snapshot version %d, this code reads up to %d: %w", h.version, SnapshotVersion, ErrSnapshotVersion)
+	}
+	if got, want := le.Uint32(b[136:]), crc32.Checksum(b[:136], castagnoli); got != want {
+		return fmt.Errorf("engine: snapshot header checksum %#08x, computed %#08x: %w", got, want, ErrSnapshotCorrupt)
 	}
 	if h.version == 0 || b[13] > 1 || b[14] > 1 || b[15] != 0 {
 		return fmt.Errorf("engine: snapshot header fields out of range: %w", ErrSnapshotCorrupt)
