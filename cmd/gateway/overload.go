@@ -468,6 +468,9 @@ type overload struct {
 	src overloadSource
 	// sample reads the health; tests replace it to inject readings.
 	sample func(*overloadConfig) overloadReadings
+	// rt is the runtime sampler behind sample (nil where a test replaced
+	// it): tick makes it forget its GC window while the watcher is off.
+	rt *runtimeSampler
 
 	// protective is read by every request (shedHandler) and written by
 	// tick alone.
@@ -509,7 +512,8 @@ func newOverload(src overloadSource, log *slog.Logger, reg prometheus.Registerer
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "shed_total",
 			Help: "Requests answered overload.status in the protective state, by the sheddable rule or tier that would have decided them."}, []string{"rule"}),
 	}
-	o.sample = newRuntimeSampler(src).read
+	o.rt = newRuntimeSampler(src)
+	o.sample = o.rt.read
 	reg.MustRegister(o.state, o.gcP99, o.gcPauses, o.heapLive, o.heapBudget, o.entries, o.exits, o.shed)
 	return o
 }
@@ -575,6 +579,12 @@ func (o *overload) tick() {
 		// leave the last sample's on /metrics, where alerts.yml would go
 		// on firing (or staying silent) on a value no longer measured.
 		o.export(overloadReadings{})
+		if o.rt != nil {
+			// The GC window's snapshots stop while off: the first
+			// windows after a reload turns it on again would span the
+			// whole pause, judging pauses long gone.
+			o.rt.forget()
+		}
 		return
 	}
 	r := o.sample(c)
@@ -758,6 +768,9 @@ func (s *runtimeSampler) read(c *overloadConfig) overloadReadings {
 	}
 	return r
 }
+
+// forget drops the GC window's snapshots: the next read starts afresh.
+func (s *runtimeSampler) forget() { s.ring, s.next, s.filled = nil, 0, 0 }
 
 // gcWindow records h's counts and returns the p99 and the number of the
 // pauses since the oldest snapshot of the window.

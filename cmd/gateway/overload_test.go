@@ -723,3 +723,25 @@ overload:
 		}
 	}
 }
+
+// TestGCWindowStartsAfreshAfterTheWatcherWasOff: while the watcher is off
+// (overload.enabled: false) no snapshot is taken, so when a reload turns
+// it on again the GC window starts afresh instead of spanning the time it
+// was off: long pauses from before are not judged again.
+func TestGCWindowStartsAfreshAfterTheWatcherWasOff(t *testing.T) {
+	g, _, _ := overloadGateway(t, minimal+"overload: {enabled: false}\n", okUpstream(t).URL, nil)
+	buckets := []float64{0, 0.001, 0.002, 0.004, 0.008}
+	c := &overloadConfig{interval: time.Second, gcWindow: 10 * time.Second}
+	s := g.overload.rt
+	snap := func(counts ...uint64) (time.Duration, uint64) {
+		return s.gcWindow(&rtmetrics.Float64Histogram{Counts: counts, Buckets: buckets}, c)
+	}
+	snap(0, 0, 0, 0)  // on, before 200 long pauses happened
+	g.overload.tick() // off: no snapshot while the pauses happen
+	if p, n := snap(10, 0, 0, 200); p != 0 || n != 0 {
+		t.Errorf("first window after being off: p99 %v over %d pauses, want none judged yet", p, n)
+	}
+	if p, n := snap(400, 0, 0, 200); p != 0 || n != 390 {
+		t.Errorf("second window: p99 %v over %d pauses, want 0 over the 390 short ones since", p, n)
+	}
+}
