@@ -238,7 +238,8 @@ func (f *overloadFile) config(c *config, origins []string) (overloadConfig, erro
 	// told to come back sooner finds it still on.
 	retry := time.Duration(o.exitAfter) * o.interval
 	if f.RetryAfterMs != 0 {
-		if retry, err = msField(p+".retry_after_ms", f.RetryAfterMs, 0); err != nil {
+		// retry as the default: the error names it (exit_after x interval_ms).
+		if retry, err = msField(p+".retry_after_ms", f.RetryAfterMs, retry); err != nil {
 			return o, err
 		}
 	}

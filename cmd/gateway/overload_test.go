@@ -745,3 +745,13 @@ func TestGCWindowStartsAfreshAfterTheWatcherWasOff(t *testing.T) {
 		t.Errorf("second window: p99 %v over %d pauses, want 0 over the 390 short ones since", p, n)
 	}
 }
+
+// TestRetryAfterMsErrorSaysItsRealDefault: a bad retry_after_ms is refused
+// with the default it falls back to when 0, exit_after x interval_ms (here
+// 5 x 2 s), not "0s".
+func TestRetryAfterMsErrorSaysItsRealDefault(t *testing.T) {
+	_, err := parseConfig([]byte(minimal + "overload: {retry_after_ms: -1, exit_after: 5, interval_ms: 2000}\n"))
+	if err == nil || !strings.Contains(err.Error(), "overload.retry_after_ms: must be in [1, 31622400000] ms (0: the default 10s), got -1") {
+		t.Errorf("error %v, want one naming the default 10s", err)
+	}
+}
