@@ -402,8 +402,10 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // own times (AllowAt and friends) keep reading this Limiter's clock (Now),
 // as before: a time of the writer's clock means nothing here. If the wall
 // clock reads earlier than at the write (it was stepped back), or either
-// reading is at or before 1970, the gap counts as 0: keys keep every count
-// they had, so the restore never admits more than the Limiter would have
+// reading is before 2001-09-09 (a clock never set: they read 1970, 1980
+// or 2000, and a writer's so made the gap decades long), the gap counts as
+// 0: keys keep every count they had, so the restore never admits more
+// than the Limiter would have
 // (a wall clock stepped forward cannot be told from time that passed: it
 // ages keys by the step). A gap of
 // the wrap guard's span or more (SlidingCounter: 2^22 Windows, 48 days at
@@ -446,7 +448,7 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 	defer l.sweepMu.Unlock()
 	// The gap: wall time since the write, never negative (see the doc).
 	gap := int64(0)
-	if now := l.wallNow(); h.wall > 0 && now > h.wall { // now > h.wall > 0: no overflow
+	if now := l.wallNow(); h.wall >= snapWallFloor && now > h.wall { // now > h.wall > 0: no overflow
 		gap = now - h.wall
 	}
 	if h.mono < 0 {
@@ -591,6 +593,14 @@ func (l *Limiter) publishRestored(fresh algo, at int64) {
 }
 
 const minInt64 = -1 << 63
+
+// snapWallFloor is the earliest wall-clock reading (Unix ns) ReadFrom
+// takes as a time: 10^18 ns, 2001-09-09T01:46:40Z, years before any
+// snapshot was written and after the dates a clock that was never set
+// reads (1970 with no battery-backed clock, 1980 and 2000 for common RTC
+// defaults). A writer's reading before it would make the gap to a clock
+// set since then decades long and forget every key.
+const snapWallFloor = 1_000_000_000_000_000_000
 
 // snapMaxTime bounds a restored Limiter's time (ns since its epoch): 2^62,
 // 146 years, so that no time the engine adds to it saturates.
