@@ -289,7 +289,9 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 //
 // A SlidingLog key's ring is copied again while its head changes under
 // the copy (a key admitting requests as fast as a 4 x MaxLimit-byte copy
-// takes, which only Penalty's recorded denials reach, delays its batch).
+// takes, which only Penalty's recorded denials reach, delays its batch),
+// with its shard's lock let go every few tries: new keys of that shard
+// are not held by it.
 // SetLimit and SetBurst wait for a WriteTo in progress (the snapshot's
 // limits and GCRA's clock are the ones its states were written under).
 //

@@ -148,7 +148,10 @@ func (t *Table) SlotsPer() int { return int(t.slotsPer) }
 // before and after the ring, and the ring is read again until the two
 // loads agree (package ring: every batch but the newest is in the ring
 // while the head names it, and a reader takes the newest from the head).
-// A ring being reset in place (Config.Transient) is waited for.
+// A ring being reset in place (Config.Transient) is waited for. After
+// copyTries tries the shard's lock is let go before the next, so that a
+// record that cannot be copied for a while holds the walk, never the
+// shard's new keys.
 func (t *Table) Walk(c *Cursor, dst []uint64) []uint64 {
 	dst = dst[:0]
 	per := 2 + (int(t.slotsPer)+1)/2
@@ -159,32 +162,50 @@ func (t *Table) Walk(c *Cursor, dst []uint64) []uint64 {
 		if c.gen != ix {
 			c.gen, c.pos = ix, 0 // grown since the last batch: again from its start
 		}
+		copied := true
 		for c.pos < len(ix.e) && len(dst)+per <= cap(dst) {
 			e := ix.e[c.pos].Load()
-			c.pos++
 			if e == 0 {
+				c.pos++
 				continue
 			}
 			rec, slots := t.Record(s, e&refMask-1)
-			dst = t.appendRecord(dst, rec, slots)
+			if dst, copied = t.appendRecord(dst, rec, slots); !copied {
+				break // c.pos stays on it: tried again after the lock is let go
+			}
+			c.pos++
 		}
 		done := c.pos >= len(ix.e)
 		s.Unlock()
 		if done {
 			c.shard, c.pos, c.gen = c.shard+1, 0, nil
 		}
-		if len(dst)+per > cap(dst) {
+		if len(dst)+per > cap(dst) || (!copied && len(dst) > 0) {
 			return dst
+		}
+		if !copied {
+			// Nothing to return yet: let the shard's inserts and the
+			// record's writer in, then take the lock again (a rebuilt
+			// index restarts the shard, as between batches).
+			runtime.Gosched()
 		}
 	}
 	return dst
 }
 
-// appendRecord appends rec's hash, state and ring (see Walk). Under the
-// shard's lock: the record holds its key throughout.
-func (t *Table) appendRecord(dst []uint64, rec *Record, slots []atomic.Uint32) []uint64 {
+// copyTries bounds the copies of one record Walk makes under its shard's
+// lock: a ring being rewritten in place, or a state word that moves on
+// every try, would otherwise keep the lock from the shard's new keys for
+// as long as that lasts (Forget lets the lock go for the same wait).
+const copyTries = 16
+
+// appendRecord appends rec's hash, state and ring (see Walk), or returns
+// dst as it was and false after copyTries tries that found the ring being
+// rewritten or the state moved. Under the shard's lock: the record holds
+// its key throughout.
+func (t *Table) appendRecord(dst []uint64, rec *Record, slots []atomic.Uint32) ([]uint64, bool) {
 	n := len(dst)
-	for spins := 0; ; spins++ {
+	for spins := 0; spins < copyTries; spins++ {
 		dst = dst[:n]
 		w := rec.State.Load()
 		if t.transient != nil && t.transient(w) {
@@ -200,12 +221,13 @@ func (t *Table) appendRecord(dst []uint64, rec *Record, slots []atomic.Uint32) [
 			dst = append(dst, v)
 		}
 		if rec.State.Load() == w {
-			return dst
+			return dst, true
 		}
 		if spins > 8 {
 			runtime.Gosched()
 		}
 	}
+	return dst[:n], false
 }
 
 // Restore is Flat.Restore for a Table: words is one record as Walk writes
