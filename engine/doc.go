@@ -138,8 +138,9 @@
 //     read, and keys created after that; no key is half-written.
 //   - Time: keys are aged by the wall-clock gap (wall clock at the write
 //     against the restore's). A wall clock that went back counts as a gap
-//     of 0 (keys keep all their counts): a restore never admits more than
-//     the limit would have. Restored keys are dated on the restoring
+//     of 0 (keys keep all their counts), as does a reading before
+//     2001-09-09 on either side (a clock that was never set): a restore
+//     never admits more than the limit would have. Restored keys are dated on the restoring
 //     Limiter's clock; a caller's explicit times (AllowAt) are that
 //     clock's readings (Now), as always.
 //   - Refusals: ErrSnapshotConfig (naming the field), ErrSnapshotCorrupt

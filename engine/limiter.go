@@ -22,6 +22,12 @@ type Limiter struct {
 
 	// setMu serializes SetLimit and SetBurst.
 	setMu sync.Mutex
+	// implMu guards l.impl against ReadFrom's swap for Len and Stats, the
+	// calls a metrics collector makes from its own goroutine, perhaps
+	// registered before the restore ran. Decisions do not take it: none
+	// may run during ReadFrom (the package doc), and the hot path stays
+	// free of locks.
+	implMu sync.RWMutex
 
 	clock Clock // user clock, or nil for the engine's own (coarse)
 	// epoch is the clock reading the engine's times count from: New's
@@ -560,13 +566,21 @@ func (l *Limiter) overflow(h uint64, n, limit int) Decision {
 func (l *Limiter) Reset(key string) { l.impl.reset(key, l.rel(l.now())) }
 
 // Len returns the number of keys tracked now.
-func (l *Limiter) Len() int { return l.impl.keys() }
+func (l *Limiter) Len() int {
+	l.implMu.RLock()
+	n := l.impl.keys()
+	l.implMu.RUnlock()
+	return n
+}
 
 // Stats returns a snapshot of the Limiter's counters.
 func (l *Limiter) Stats() Stats {
-	st := Stats{Keys: l.Len(), MaxKeys: l.cfg.MaxKeys,
+	l.implMu.RLock()
+	impl := l.impl
+	st := Stats{Keys: impl.keys(), MaxKeys: l.cfg.MaxKeys,
 		Inserts: l.stats.inserts.Load(), Overflow: l.stats.overflow.Load(), Invalid: l.stats.invalid.Load(),
-		Reclaimed: l.impl.reclaimed(), Bytes: l.impl.bytes() + limiterBytes}
+		Reclaimed: impl.reclaimed(), Bytes: impl.bytes() + limiterBytes}
+	l.implMu.RUnlock()
 	for i := range l.stats.s {
 		st.Allowed += l.stats.s[i].allowed.Load()
 		st.Denied += l.stats.s[i].denied.Load()

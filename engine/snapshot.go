@@ -390,9 +390,10 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // ReadFrom restores a snapshot that WriteTo wrote (io.ReaderFrom) into l,
 // which must be a new Limiter with the same Config that tracks no key yet,
 // and returns the bytes read. It reads r to its end (bytes after the
-// snapshot make it corrupt). No other call on l may run during ReadFrom,
-// Stats and Len included (a metrics collector must not read l yet):
-// restore before serving.
+// snapshot make it corrupt). No decision, Reset or SetLimit on l may run
+// during ReadFrom: restore before serving. Stats and Len may (a metrics
+// collector registered first): they see the empty tables until the
+// restored ones are swapped in.
 //
 // Every key is aged by the wall-clock time between the write and this
 // read: a key that had taken 4 of 5 in its window 10 s before the write
@@ -546,10 +547,12 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 // stopped at 0, under which no bucket ever refills. Under setMu and
 // sweepMu; l.impl is left as it was.
 func (l *Limiter) freshAlgo(h *snapHeader, keep bool) (algo, error) {
+	l.implMu.Lock()
 	old := l.impl
 	err := specOf(l.cfg.Algorithm).build(l) // sets l.impl (and bounds equal to the ones in force)
 	fresh := l.impl
 	l.impl = old
+	l.implMu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -572,13 +575,15 @@ func (l *Limiter) freshAlgo(h *snapHeader, keep bool) (algo, error) {
 	return fresh, nil
 }
 
-// publishRestored swaps the restored tables in and moves the epoch so that
-// the clock reads at (the writer's time plus the gap) now. Under setMu and
-// sweepMu. Every restored state is live at at (not idle), as after a sweep
+// publishRestored swaps the restored tables in (under implMu, for Len and
+// Stats) and moves the epoch so that the clock reads at (the writer's time
+// plus the gap) now. Under setMu and sweepMu. Every restored state is live at at (not idle), as after a sweep
 // at at: the wrap guard's next sweep is due a guard span later. at < 0:
 // nothing was restored, and only the empty tables (with the snapshot's
 // hash key) are swapped in.
 func (l *Limiter) publishRestored(fresh algo, at int64) {
+	l.implMu.Lock()
+	defer l.implMu.Unlock()
 	if at < 0 {
 		l.impl = fresh // empty; its tables' hash key is the snapshot's
 		return
