@@ -483,7 +483,7 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 	buf := make([]byte, 8*words*perBlock)
 	rec := make([]uint64, words)
 	var nb [4]byte
-	total := uint64(0)
+	total, restored := uint64(0), 0
 	for {
 		if err := cr.readFull(nb[:], "record blocks"); err != nil {
 			return cr.n, err
@@ -507,10 +507,8 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 				return cr.n, fmt.Errorf("engine: snapshot record %d (hash %#x, state %#x) is no live key's: %w", total, rec[0], rec[1], ErrSnapshotCorrupt)
 			}
 			total++
-			if keep {
-				if !sn.idleAt(rec[1], at) {
-					sn.restore(rec, at) // false: no room; dropped (see the doc)
-				}
+			if keep && !sn.idleAt(rec[1], at) && sn.restore(rec, at) { // false: no room; dropped (see the doc)
+				restored++
 			}
 		}
 	}
@@ -530,6 +528,12 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 	}
 	if n, _ := io.ReadFull(r, tb[:1]); n != 0 {
 		return cr.n + 1, fmt.Errorf("engine: bytes after the snapshot's end (%d): %w", cr.n, ErrSnapshotCorrupt)
+	}
+	if restored == 0 {
+		// No key came back: the snapshot's hash key has nothing to find,
+		// and a fresh one keeps a key from a leaked old snapshot from
+		// living on in every later one.
+		sn.setHasher(keyhash.New())
 	}
 	if !keep {
 		at = -1 // nothing restored: keep the Limiter's own time
@@ -579,15 +583,16 @@ func (l *Limiter) freshAlgo(h *snapHeader, keep bool) (algo, error) {
 // Stats) and moves the epoch so that the clock reads at (the writer's time
 // plus the gap) now. Under setMu and sweepMu. Every restored state is live at at (not idle), as after a sweep
 // at at: the wrap guard's next sweep is due a guard span later. at < 0:
-// nothing was restored, and only the empty tables (with the snapshot's
-// hash key) are swapped in.
+// nothing was restored, and l keeps its own tables.
 func (l *Limiter) publishRestored(fresh algo, at int64) {
-	l.implMu.Lock()
-	defer l.implMu.Unlock()
 	if at < 0 {
-		l.impl = fresh // empty; its tables' hash key is the snapshot's
+		// Nothing restored: keep New's tables, and with them a fresh hash
+		// key, so that a key from a leaked old snapshot does not live on
+		// in every later one.
 		return
 	}
+	l.implMu.Lock()
+	defer l.implMu.Unlock()
 	clk := l.now()
 	if clk >= 0 || clk-minInt64 >= at {
 		l.epoch = clk - at

@@ -58,3 +58,36 @@ func TestStatsAndLenDuringReadFromAreSafe(t *testing.T) {
 		y.Close()
 	}
 }
+
+// TestRestoreOfNothingKeepsAFreshHashKey: a snapshot too old to restore a
+// key (a gap past the wrap guard) used to hand its hash key to the new
+// Limiter anyway, so a key from one leaked file lived on in every later
+// snapshot. A restore that restores nothing keeps the Limiter's own key.
+func TestRestoreOfNothingKeepsAFreshHashKey(t *testing.T) {
+	for i := range snapConfigs(nil) {
+		x := newLimiter(t, snapConfigs(&fakeClock{})[i])
+		x.Allow("client")
+		x.wall = func() int64 { return 1e18 }
+		var old bytes.Buffer
+		if _, err := x.WriteTo(&old); err != nil {
+			t.Fatal(err)
+		}
+		x.Close()
+		y := newLimiter(t, snapConfigs(&fakeClock{})[i])
+		y.wall = func() int64 { return 1e18 + 200*365*24*3600*1e9 } // 200 years on
+		if _, err := y.ReadFrom(bytes.NewReader(old.Bytes())); err != nil {
+			t.Fatal(err)
+		}
+		if n := y.Len(); n != 0 {
+			t.Fatalf("%v: %d keys restored after 200 years, want 0", snapConfigs(nil)[i].Algorithm, n)
+		}
+		var next bytes.Buffer
+		if _, err := y.WriteTo(&next); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(old.Bytes()[64:80], next.Bytes()[64:80]) {
+			t.Errorf("%v: the Limiter that restored nothing writes the old snapshot's hash key", snapConfigs(nil)[i].Algorithm)
+		}
+		y.Close()
+	}
+}
