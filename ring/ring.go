@@ -19,7 +19,9 @@
 //
 // last is the tick of the newest batch of recorded requests, next the ring
 // position the next request will take (< Limit), batch the size of the
-// newest batch (1..Limit). Limit <= 65535 keeps next and batch in 16 bits,
+// newest batch (1..Limit): the entries just before next, all at tick last.
+// A request at tick last joins the newest batch (up to MaxJoin entries,
+// see "Contention"); a request at a later tick starts a new one. Limit <= 65535 keeps next and batch in 16 bits,
 // and next == 0xFFFF (impossible for a live ring) marks a head that is not
 // a live ring: a free record (Dead, batch 0) or a ring being reset in place
 // (batch >= 1, see "Time").
@@ -27,15 +29,17 @@
 // # Why no reader acts on a claimed but unwritten slot
 //
 // A request claims positions [next, next+n) by one CAS of the head word that
-// also carries its tick in last. The slots themselves are written after the
-// CAS, so for a moment they still hold older ticks: the classic trap of CAS
-// rings. Here nobody reads them in that moment: the positions of the newest
-// batch are never read from the ring; a reader that needs one of them (the
-// entry it needs is among the last batch positions) takes its tick from the
-// head word's last field instead. And before any request moves the head on
-// (making the newest batch an older one that is read from the ring), it
-// first writes that batch's tick into its slots itself ("helps"), so every
-// batch but the newest is always in the ring when the head names it.
+// also carries its tick in last. The slots themselves are not written by
+// that CAS, so for a while they still hold older ticks: the classic trap of
+// CAS rings. Here nobody reads them in that while: the positions of the
+// newest batch are never read from the ring; a reader that needs one of
+// them (the entry it needs is among the last batch positions) takes its
+// tick from the head word's last field instead. And before any request
+// moves the head on to a new batch (making the newest batch an older one
+// that is read from the ring), it first writes that batch's tick into its
+// slots itself ("helps"), so every batch but the newest is always in the
+// ring when the head names it. A request that joins the newest batch
+// writes no slot at all: the batch's entries are still read from the head.
 //
 // Slots are only ever raised (CAS from a smaller to a larger tick), never
 // lowered. Because the ticks of a ring's successive batches never decrease,
@@ -96,6 +100,42 @@
 // The middle reading is unambiguous only while no live key is older than
 // 2^32 - LateMax - Wq ticks at the time of a request; package engine sweeps
 // often enough (in decision time, not only on its timer) to ensure it.
+//
+// # Contention
+//
+// What limits a hot key's admissions across cores is the cache lines each
+// admission writes: a line written by one core must move to the next core
+// that writes it (one coherence transfer, about 50-100 ns between cores,
+// more across sockets), so N cores admitting on one key run at most one
+// admission per transfer of each line that every admission writes, however
+// large N is, while reads of lines nobody writes stay in every core's cache
+// and scale. Denials write nothing and scale with the cores.
+//
+// A request at the head's tick joins the newest batch: its admission
+// writes one word, the head (one line: the record's first, which also
+// holds the key's hash that the lookup reads). Only a request at a later
+// tick, or one that finds the batch at MaxJoin entries, writes slots: the
+// newest batch's (help), at most MaxJoin of them, which lie on
+// ceil(MaxJoin x 4 / 64) = 2 lines or 3. So a hot key, whose requests
+// mostly share a tick (a 1 µs tick or longer; the engine's own clock moves
+// in steps of ClockRefresh), writes 1 + 2/MaxJoin to 1 + 3/MaxJoin lines
+// per admission (1.06 to 1.09 with MaxJoin 32), against 2 before joins
+// were added (the head, then an eager write of the request's own slot,
+// which the next claimer, on another core, read and raised: two lines,
+// each read and then written, up to four coherence transactions a
+// decision). With N cores that means about one line moved per admission
+// at any N: the head's CAS serialises admissions as
+// a mutex would, without a lock that a descheduled holder keeps, and a
+// failed CAS costs a reload of the line, not a sleep. It cannot scale with
+// N (no exact log on one key can: every admission must see the previous
+// one), but it does not collapse either; BenchmarkHotKeyContention in
+// package engine measures it at -cpu=1,2,4,... .
+//
+// MaxJoin trades the lines per admission against the most slots one
+// request writes when it moves the head on: a batch of MaxJoin at one tick
+// costs its helper MaxJoin raises (loads and CASes on 2 or 3 lines it
+// mostly has in cache), where an unbounded batch (a whole ClockRefresh of
+// a hot key's admissions) would make one request write thousands of slots.
 package ring
 
 import (
@@ -113,6 +153,11 @@ const LateMax = 1 << 30
 // request on the idle ring rewrites every slot before recording; see
 // "Time" above.
 const RewriteAge = 1 << 30
+
+// MaxJoin is the largest batch that requests at one tick build by joining
+// it (see "Contention"): the most slots one request writes when it moves
+// the head on (a batch of n > MaxJoin, taken in one call, writes n).
+const MaxJoin = 32
 
 // Dead is the head word of a record that holds no key.
 const Dead = uint64(0xFFFF) << 16
@@ -144,13 +189,14 @@ func Unpack(h uint64) (last, next, batch uint32) {
 type Ring struct {
 	limit   uint32
 	wq      uint32 // window in ticks
+	join    uint32 // largest batch a request may join: min(limit, MaxJoin)
 	penalty bool
 }
 
 // New returns a Ring for limit entries and a window of windowTicks ticks.
 // The caller validates 1 <= limit <= MaxLimit and 1 <= windowTicks < 2^30.
 func New(limit int, windowTicks uint32, penalty bool) Ring {
-	return Ring{limit: uint32(limit), wq: windowTicks, penalty: penalty}
+	return Ring{limit: uint32(limit), wq: windowTicks, join: uint32(min(limit, MaxJoin)), penalty: penalty}
 }
 
 // Status is the outcome of Take.
@@ -306,21 +352,29 @@ func (r *Ring) TakeLimit(head, id *atomic.Uint64, hash uint64, slots []atomic.Ui
 			}
 			return Denied, out
 		}
-		if batch > 0 {
-			start := next + L - batch
-			if start >= L {
-				start -= L
-			}
-			raise(slots, start, batch, L, last) // help: the newest batch becomes an older one
-		}
 		nn := next + n
 		if nn >= L {
 			nn -= L
 		}
-		if !head.CompareAndSwap(v, Pack(t, nn, n)) {
+		var nv uint64
+		if t == last && batch+n <= r.join {
+			// Join the newest batch (same tick): its entries are read
+			// from the head word, so the head is the only word written.
+			nv = Pack(t, nn, batch+n)
+		} else {
+			// Help: write the newest batch's tick into its slots before
+			// the head names a newer batch, which makes it an older one,
+			// read from the ring.
+			start := next + L - batch
+			if start >= L {
+				start -= L
+			}
+			raise(slots, start, batch, L, last)
+			nv = Pack(t, nn, n)
+		}
+		if !head.CompareAndSwap(v, nv) {
 			continue
 		}
-		raise(slots, next, n, L, t) // eager write, so the next claimer's help is loads only
 		if ok {
 			return Allowed, out
 		}

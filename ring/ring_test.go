@@ -1,6 +1,8 @@
 package ring
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -278,5 +280,125 @@ func TestIdleRingResetsInPlace(t *testing.T) {
 	}
 	if r.IsIdle(head.Load(), 1000) {
 		t.Fatal("a ring being reset reported idle")
+	}
+}
+
+// snapshot returns the ring's slots as plain values.
+func snapshot(slots []atomic.Uint32) []uint32 {
+	out := make([]uint32, len(slots))
+	for i := range slots {
+		out[i] = slots[i].Load()
+	}
+	return out
+}
+
+// Admissions at the tick of the newest batch join it: they write the head
+// word and no slot (one cache line per admission on a hot key, see
+// "Contention"), and the ring still decides by every entry. The slots of
+// the joined batch are written when a request at a later tick moves the
+// head on, before it does.
+func TestAdmissionsAtOneTickWriteOnlyTheHead(t *testing.T) {
+	const limit, wq = 64, 10
+	r := New(limit, wq, false)
+	var head, id atomic.Uint64
+	id.Store(1)
+	slots := make([]atomic.Uint32, limit)
+	const T = 1000
+	head.Store(r.First(slots, T, 1))
+	before := snapshot(slots)
+	for i := 2; i <= MaxJoin; i++ {
+		if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Allowed {
+			t.Fatalf("request %d at T: %d, want Allowed", i, st)
+		}
+		if got := snapshot(slots); !slices.Equal(got, before) {
+			t.Fatalf("request %d at the newest batch's tick wrote slots: %v, were %v", i, got, before)
+		}
+		if last, next, batch := Unpack(head.Load()); last != T || next != uint32(i) || batch != uint32(i) {
+			t.Fatalf("head after request %d: last %d next %d batch %d, want %d %d %d", i, last, next, batch, T, i, i)
+		}
+	}
+	// The batch is full (MaxJoin): one more at T starts a new batch, after
+	// writing the full one's MaxJoin slots.
+	if st, _ := r.Take(&head, &id, 1, slots, T, 1, false); st != Allowed {
+		t.Fatalf("request %d at T: %d, want Allowed", MaxJoin+1, st)
+	}
+	for i := 0; i < MaxJoin; i++ {
+		if v := slots[i].Load(); v != T {
+			t.Fatalf("slot %d = %d after the head moved past its batch, want %d", i, v, T)
+		}
+	}
+	if last, next, batch := Unpack(head.Load()); last != T || next != MaxJoin+1 || batch != 1 {
+		t.Fatalf("head after a full batch: last %d next %d batch %d", last, next, batch)
+	}
+	// A later tick writes the newest batch (one entry) before moving on.
+	if st, _ := r.Take(&head, &id, 1, slots, T+1, 1, false); st != Allowed {
+		t.Fatalf("request at T+1: %d, want Allowed", st)
+	}
+	if v := slots[MaxJoin].Load(); v != T {
+		t.Fatalf("slot %d = %d after a request at a later tick, want %d", MaxJoin, v, T)
+	}
+	// The window holds MaxJoin+2 entries: limit-(MaxJoin+2) more pass, then
+	// denials, all decided by the entries whether in slots or in the head.
+	for i := 0; i < limit-(MaxJoin+2); i++ {
+		if st, _ := r.Take(&head, &id, 1, slots, T+1, 1, false); st != Allowed {
+			t.Fatalf("request %d of the window: %d, want Allowed", MaxJoin+3+i, st)
+		}
+	}
+	if st, _ := r.Take(&head, &id, 1, slots, T+wq, 1, false); st != Denied {
+		t.Fatalf("request over the limit: %d, want Denied", st)
+	}
+	// The entries at T leave the window at T+wq+1: MaxJoin+1 pass again.
+	for i := 0; i < MaxJoin+1; i++ {
+		if st, _ := r.Take(&head, &id, 1, slots, T+wq+1, 1, false); st != Allowed {
+			t.Fatalf("request %d after the entries at T left: %d, want Allowed", i, st)
+		}
+	}
+	if st, _ := r.Take(&head, &id, 1, slots, T+wq+1, 1, false); st != Denied {
+		t.Fatalf("request over the limit at T+wq+1: %d, want Denied", st)
+	}
+}
+
+// Goroutines admitting on one ring at a few ticks, joining batches and
+// moving the head on concurrently, admit exactly the limit per window: no
+// entry is lost by a join or a help, none counted twice.
+func TestConcurrentAdmissionsAtFewTicksAdmitExactlyTheLimit(t *testing.T) {
+	const limit, wq, workers, tries = 100, 1000, 8, 200
+	r := New(limit, wq, false)
+	var head, id atomic.Uint64
+	id.Store(1)
+	slots := make([]atomic.Uint32, limit)
+	const T = 1 << 31
+	head.Store(r.First(slots, T, 1))
+	for round, base := range []uint32{T, T + wq + 1, T + 2*wq + 2} {
+		admitted := 0
+		if round == 0 {
+			admitted = 1 // the first request, at First
+		}
+		var wg sync.WaitGroup
+		counts := make([]int, workers)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < tries; i++ {
+					// ticks base..base+3: all in one window, some late
+					// (behind the newest), which count at the newest
+					now := base + uint32((w+i)%4)
+					if st, _ := r.Take(&head, &id, 1, slots, now, 1, false); st == Allowed {
+						counts[w]++
+					} else if st != Denied {
+						t.Errorf("Take at %d: status %d", now, st)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for _, c := range counts {
+			admitted += c
+		}
+		if admitted != limit {
+			t.Fatalf("round %d: %d admitted in one window, want exactly %d", round, admitted, limit)
+		}
 	}
 }
