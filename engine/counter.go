@@ -44,26 +44,38 @@ func buildCounter(l *Limiter) error {
 func (a *counterAlgo) allow(key string, rel int64) bool {
 	h := a.flat.Hash(key)
 	limit := a.limit.Load()
-	if _, rec := a.flat.Lookup(h); rec != nil {
+	s, rec := a.flat.Lookup(h)
+	if rec != nil {
 		st, _ := a.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, 1, uint64(limit))
 		if st != atomiccounter.Stale {
 			ok := st == atomiccounter.Allowed
 			a.stats.count(ok)
 			return ok
 		}
+	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
+		// A miss goes straight to the insert, which confirms it under the
+		// lock: a new key probes the table twice, not three times (decide
+		// would look it up again first).
+		return d.Allowed
 	}
 	return a.decide(h, 1, int(limit), rel, false).Allowed
 }
 
 func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
 	limit := a.limit.Load()
-	if _, rec := a.flat.Lookup(h); rec != nil {
+	s, rec := a.flat.Lookup(h)
+	if rec != nil {
 		st, _ := a.counter.TakeLimit(&rec.State, &rec.Hash, h, rel, 1, uint64(limit))
 		if st != atomiccounter.Stale {
 			ok := st == atomiccounter.Allowed
 			a.stats.count(ok)
 			return ok
 		}
+	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
+		// A miss goes straight to the insert, which confirms it under the
+		// lock: a new key probes the table twice, not three times (decide
+		// would look it up again first).
+		return d.Allowed
 	}
 	return a.decide(h, 1, int(limit), rel, false).Allowed
 }

@@ -74,26 +74,32 @@ func (a *logAlgo) delay(ticks uint32, rel int64) time.Duration {
 func (a *logAlgo) allow(key string, rel int64) bool {
 	h := a.table.Hash(key)
 	limit := a.limit.Load()
-	if _, rec, slots := a.table.Lookup(h); rec != nil {
+	s, rec, slots := a.table.Lookup(h)
+	if rec != nil {
 		st, _ := a.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, a.tick(rel), 1, uint32(limit), false)
 		if st == ring.Allowed || st == ring.Denied {
 			ok := st == ring.Allowed
 			a.stats.count(ok)
 			return ok
 		}
+	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
+		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
 	}
 	return a.decide(h, 1, int(limit), rel, false).Allowed
 }
 
 func (a *logAlgo) allowHash(h uint64, rel int64) bool {
 	limit := a.limit.Load()
-	if _, rec, slots := a.table.Lookup(h); rec != nil {
+	s, rec, slots := a.table.Lookup(h)
+	if rec != nil {
 		st, _ := a.ring.TakeLimit(&rec.State, &rec.Hash, h, slots, a.tick(rel), 1, uint32(limit), false)
 		if st == ring.Allowed || st == ring.Denied {
 			ok := st == ring.Allowed
 			a.stats.count(ok)
 			return ok
 		}
+	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
+		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
 	}
 	return a.decide(h, 1, int(limit), rel, false).Allowed
 }
