@@ -150,3 +150,35 @@ func TestFlatLazyReuseFindsIdleKeysUnderChurn(t *testing.T) {
 		t.Fatalf("%d of %d new keys overflowed under churn with idle keys in the shard", over, n)
 	}
 }
+
+// At the bound, the rebuild that clears clustering (see "Key churn") used
+// to keep the table's size. A table last grown while keys were still
+// arriving holds its live keys near 7/8 at that size; the rebuilds cleared
+// the tombstones that would have triggered the growth to 5/8, so misses
+// stayed long, the next rebuild came after a fifth of the table's slots in
+// inserts, and every new key paid for moving 6 slots (a rebuild's CASes,
+// its allocation and the garbage collection of it). Sized as a growth
+// would size it, the table rebuilds rarely and its misses stay short.
+func TestFlatChurnAtBoundRebuildsRarely(t *testing.T) {
+	const maxKeys = 20_000
+	c := newChurnFlat(t, maxKeys, 1)
+	for range 2 * maxKeys { // past the bound, into churn
+		c.insert()
+	}
+	s := c.f.ShardAt(0)
+	tab := s.tab.Load()
+	moved := 0
+	const n = 10 * maxKeys
+	for range n {
+		c.insert()
+		if nt := s.tab.Load(); nt != tab {
+			moved += s.Len() // a rebuild moves every live key
+			tab = nt
+		}
+	}
+	if per := float64(moved) / n; per > 1 {
+		mean, worst := c.meanMissProbe(2000)
+		t.Fatalf("rebuilds moved %.2f keys per insert under churn (live %d in %d slots, mean miss probe %.1f slots, max %d), want at most 1",
+			per, s.Len(), len(tab.recs), mean, worst)
+	}
+}
