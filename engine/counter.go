@@ -52,7 +52,7 @@ func (a *counterAlgo) allow(key string, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
+	} else if d, done := a.insert(s, h, 1, int(limit), rel, false); done {
 		// A miss goes straight to the insert, which confirms it under the
 		// lock: a new key probes the table twice, not three times (decide
 		// would look it up again first).
@@ -71,7 +71,7 @@ func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
+	} else if d, done := a.insert(s, h, 1, int(limit), rel, false); done {
 		// A miss goes straight to the insert, which confirms it under the
 		// lock: a new key probes the table twice, not three times (decide
 		// would look it up again first).
@@ -125,7 +125,7 @@ func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Dec
 			}
 		}
 		// Not found, or freed or moved under us: the slow path.
-		if d, done := a.insert(s, h, n, limit, rel); done {
+		if d, done := a.insert(s, h, n, limit, rel, detail); done {
 			return d
 		}
 	}
@@ -134,8 +134,9 @@ func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Dec
 // insert creates the key's state under the shard lock, unless it exists
 // (then done is false and the caller retries the lock-free path). The
 // first n requests of a new key are always admitted (n <= Limit on an
-// empty window), so the record is born holding them.
-func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int64) (Decision, bool) {
+// empty window), so the record is born holding them. Without detail the
+// Decision holds only Allowed and Limit (Allow's case).
+func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int64, detail bool) (Decision, bool) {
 	t := a.flat
 	s.Lock()
 	if t.Find(s, h) != nil {
@@ -156,10 +157,13 @@ func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int
 	at := max(rel, readyAt, clk) // see logAlgo.insert
 	t.Publish(s, rec, h, a.counter.First(at, uint32(n)))
 	s.Unlock()
-	win, el := a.counter.At(at)
-	rem, _, reset := a.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
 	a.l.stats.inserts.Add(1)
 	a.l.stats.count(true)
+	if !detail {
+		return Decision{Allowed: true, Limit: limit}, true // Allow reads only Allowed
+	}
+	win, el := a.counter.At(at)
+	rem, _, reset := a.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
 	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(satAdd(reset, at-rel))}, true
 }
 
