@@ -72,10 +72,7 @@ func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
 			return ok
 		}
 	} else if d, done := a.insert(s, h, 1, int(limit), rel, false); done {
-		// A miss goes straight to the insert, which confirms it under the
-		// lock: a new key probes the table twice, not three times (decide
-		// would look it up again first).
-		return d.Allowed
+		return d.Allowed // a miss goes straight to the insert (see allow)
 	}
 	return a.decide(h, 1, int(limit), rel, false).Allowed
 }

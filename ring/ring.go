@@ -21,10 +21,10 @@
 // position the next request will take (< Limit), batch the size of the
 // newest batch (1..Limit): the entries just before next, all at tick last.
 // A request at tick last joins the newest batch (up to MaxJoin entries,
-// see "Contention"); a request at a later tick starts a new one. Limit <= 65535 keeps next and batch in 16 bits,
-// and next == 0xFFFF (impossible for a live ring) marks a head that is not
-// a live ring: a free record (Dead, batch 0) or a ring being reset in place
-// (batch >= 1, see "Time").
+// see "Contention"); a request at a later tick starts a new one. Limit <=
+// 65535 keeps next and batch in 16 bits, and next == 0xFFFF (impossible
+// for a live ring) marks a head that is not a live ring: a free record
+// (Dead, batch 0) or a ring being reset in place (batch >= 1, see "Time").
 //
 // # Why no reader acts on a claimed but unwritten slot
 //
@@ -124,12 +124,13 @@
 // which the next claimer, on another core, read and raised: two lines,
 // each read and then written, up to four coherence transactions a
 // decision). With N cores that means about one line moved per admission
-// at any N: the head's CAS serialises admissions as
-// a mutex would, without a lock that a descheduled holder keeps, and a
-// failed CAS costs a reload of the line, not a sleep. It cannot scale with
-// N (no exact log on one key can: every admission must see the previous
-// one), but it does not collapse either; BenchmarkHotKeyContention in
-// package engine measures it at -cpu=1,2,4,... .
+// at any N: the head's CAS serialises admissions as a mutex would, without
+// a lock that a descheduled holder keeps, and a failed CAS costs a reload
+// of the line, not a sleep. It cannot scale with N (no exact log on one
+// key can: every admission must see the previous one), and each transfer
+// costs more the further apart the cores are, but the lines per admission
+// do not grow with N; BenchmarkHotKeyContention in package engine
+// measures it at -cpu=1,2,4,... .
 //
 // MaxJoin trades the lines per admission against the most slots one
 // request writes when it moves the head on: a batch of MaxJoin at one tick

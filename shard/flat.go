@@ -49,11 +49,11 @@ import (
 // 200k-key shard). So the slots scanned by misses under the lock longer
 // than maxProbeBuckets are counted, and once they reach the table's slots
 // since its last rebuild, the next Claim rebuilds it (no tombstones; the
-// size a growth would give, 5/8 live, or the same size if that is bigger),
-// which spreads the empty slots evenly again. A rebuild reads each slot once, so it costs no more than the long
-// probes that paid for it: the work per insert stays within twice what the
-// load alone asks, amortised, and the probes come back to about 8 buckets
-// at most.
+// size a growth would give, 5/8 live, or the same size if that is
+// bigger), which spreads the empty slots evenly again. A rebuild reads
+// each slot once, so it costs no more than the long probes that paid for
+// it: the work per insert stays within twice what the load alone asks,
+// amortised, and the probes come back to about 8 buckets at most.
 //
 // That alone does not suffice: the keys that survive lazy reuse are those
 // its cursor has not reached, so cursor-order freeing makes the density of
@@ -403,13 +403,13 @@ func (t *Flat) Claim(s *FlatShard, h uint64, now int64) (rec *Record, readyAt in
 		tab = nt
 	} else if uint64(s.overProbe) >= tab.nb*bucketSlots {
 		// Clustered (see "Key churn"): lay the live keys out afresh, in a
-		// table sized as a growth would size it (5/8 of its slots live) or
-		// in one of the same size if that is bigger (memory does not move
-		// with probe lengths). Not the same size always: a table grown
-		// only as far as 7/8 before the bound was reached, whose tombstones
-		// these rebuilds clear before they could trigger the growth, would
-		// stay 7/8 full of live keys, and its misses long enough to trigger
-		// the next rebuild after a fifth of its slots in inserts
+		// table sized as a growth would size it (5/8 of its slots live,
+		// the load FlatBytesPerKey budgets) or in one of the same size if
+		// that is bigger. Not always the same size: a table grown only as
+		// far as 7/8 before the bound was reached, whose tombstones these
+		// rebuilds clear before they could trigger the growth, would stay
+		// 7/8 full of live keys, with misses long enough to trigger the
+		// next rebuild after a fifth of its slots in inserts
 		// (TestFlatChurnAtBoundRebuildsRarely).
 		nb := max(tab.nb, bucketsFor(s.live.Load()+1))
 		nt, err := t.rebuildTo(s, nb)
