@@ -18,6 +18,12 @@ import (
 //     replica, and a new percentage moves only the clients between the
 //     old and new thresholds (raising it only adds clients).
 //
+// A policy on trial takes no client away from the policy that limited it
+// before: where it decides a client in shadow, the next matching rule
+// that enforces the client (else the default policy) applies beside it
+// (httplimit.Options.Rules), so shadow testing a rule on /login leaves
+// /login under the default's limit, not unlimited.
+//
 // Neither is in a backend's fingerprint: a reload that changes them keeps
 // the policy's counts.
 func rollout(field string, dryRun *bool, enforcePercent *float64, ru *httplimit.Rule) error {
