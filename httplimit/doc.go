@@ -115,7 +115,10 @@
 //     percentage moves only the keys between the old and the new
 //     threshold (raising it only adds keys). A shadow rule never changes
 //     what happens to a request or to the enforcing rules' counts
-//     (Options.MatchAll). RuleStats and Event.Shadow tell the enforced
+//     (Options.MatchAll). A rule on trial takes no request away from the
+//     rules that enforce it without it: where it decides a key in shadow,
+//     the next matching rule that enforces the key (first match), else the
+//     Default, applies beside it; a key it cannot find refuses nothing. RuleStats and Event.Shadow tell the enforced
 //     and shadow cohorts apart.
 //   - Middleware is safe for concurrent use. Its counters (Stats,
 //     RuleStats) are striped across cache lines; reading them sums the
