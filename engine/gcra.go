@@ -259,28 +259,36 @@ func (c *gcraCall) realOf(r *gcraRate, x int64) int64 {
 func (a *gcraAlgo) allow(key string, rel int64) bool {
 	h := a.flat.Hash(key)
 	r := a.rate.Load()
-	if _, rec := a.flat.Lookup(h); rec != nil {
+	c := gcraCall{rule: r.rule, burst: r.burst}
+	s, rec := a.flat.Lookup(h)
+	if rec != nil {
 		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty, false)
 		if st == gcra.Allowed || st == gcra.Denied {
 			ok := st == gcra.Allowed
 			a.stats.count(ok)
 			return ok
 		}
+	} else if d, done := a.insert(s, h, 1, &c, rel, false); done {
+		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
 	}
-	return a.decide(h, 1, r, gcraCall{rule: r.rule, burst: r.burst}, rel, false).Allowed
+	return a.decide(h, 1, r, c, rel, false).Allowed
 }
 
 func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
 	r := a.rate.Load()
-	if _, rec := a.flat.Lookup(h); rec != nil {
+	c := gcraCall{rule: r.rule, burst: r.burst}
+	s, rec := a.flat.Lookup(h)
+	if rec != nil {
 		st, _ := gcra.Take(&rec.State, &rec.Hash, h, r.u(rel), 1, r.rule, a.penalty, false)
 		if st == gcra.Allowed || st == gcra.Denied {
 			ok := st == gcra.Allowed
 			a.stats.count(ok)
 			return ok
 		}
+	} else if d, done := a.insert(s, h, 1, &c, rel, false); done {
+		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
 	}
-	return a.decide(h, 1, r, gcraCall{rule: r.rule, burst: r.burst}, rel, false).Allowed
+	return a.decide(h, 1, r, c, rel, false).Allowed
 }
 
 func (a *gcraAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
@@ -342,7 +350,7 @@ func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, c gcraCall, rel int64, d
 			}
 		}
 		// Not found, or freed or moved under us: the slow path.
-		if d, done := a.insert(s, h, n, &c, rel); done {
+		if d, done := a.insert(s, h, n, &c, rel, detail); done {
 			return d
 		}
 	}
@@ -410,8 +418,9 @@ func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, c *gcraCall,
 
 // insert creates the key's state under the shard lock, unless it exists
 // (then done is false and the caller retries the lock-free path). n fits
-// the bucket, so the first n requests of a new key are admitted.
-func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel int64) (Decision, bool) {
+// the bucket, so the first n requests of a new key are admitted. Without
+// detail the Decision holds only Allowed and Limit (Allow's case).
+func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel int64, detail bool) (Decision, bool) {
 	t := a.flat
 	s.Lock()
 	if t.Find(s, h) != nil {
@@ -439,7 +448,9 @@ func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel 
 	a.l.stats.inserts.Add(1)
 	a.l.stats.count(true)
 	d := Decision{Allowed: true, Limit: c.burst}
-	a.describe(&d, gcra.Snapshot{At: at, Base: at, After: at + int64(n)*c.rule.Token}, n, c, r, rel)
+	if detail {
+		a.describe(&d, gcra.Snapshot{At: at, Base: at, After: at + int64(n)*c.rule.Token}, n, c, r, rel)
+	}
 	return d, true
 }
 
