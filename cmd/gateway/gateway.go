@@ -423,10 +423,14 @@ func engineFieldErr(field string, err error) error {
 }
 
 // acquire returns the current generation with a reference held; release
-// it when the request ends.
+// it when the request ends. It returns nil when none is current (after
+// close).
 func (g *gateway) acquire() *generation {
 	for {
 		gen := g.cur.Load()
+		if gen == nil {
+			return nil
+		}
 		gen.refs.Add(1)
 		if g.cur.Load() == gen {
 			return gen
