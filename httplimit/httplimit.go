@@ -705,10 +705,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		h[hdrExpose] = append(h[hdrExpose], exposeValue)
 	}
 	if denied < 0 {
-		m.admit(w, r, next, s, as, start, expose)
+		m.admit(w, h, r, next, s, as, start, expose)
 		return
 	}
-	m.refuse(w, r, s, as, start, denied, expose)
+	m.refuse(w, h, r, s, as, start, denied, expose)
 }
 
 // admit counts and passes on a request that no enforcing rule refused. A
@@ -716,7 +716,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 // the Middleware); a rule that admitted it but took nothing (a shadow
 // rule left alone because another would refuse: see Options.MatchAll)
 // does not count it.
-func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time, expose bool) {
+func (m *Middleware) admit(w http.ResponseWriter, h http.Header, r *http.Request, next http.Handler, s uint32, as []applied, start time.Time, expose bool) {
 	would := false
 	for i := range as {
 		a := &as[i]
@@ -741,7 +741,7 @@ func (m *Middleware) admit(w http.ResponseWriter, r *http.Request, next http.Han
 	} else {
 		m.counters(s).allowed.Add(1)
 	}
-	m.pass(w, r, next, setHeaders(w.Header(), w, as, m.upstream, expose))
+	m.pass(w, r, next, setHeaders(h, w, as, m.upstream, expose))
 }
 
 // collect appends the rules that may apply to r: the first match, every
@@ -920,7 +920,7 @@ func (m *Middleware) pass(w http.ResponseWriter, r *http.Request, next http.Hand
 // refuse answers a request an enforcing rule refused. Only the refusing
 // rules count and report it (a shadow one as DryRunDenied); the others
 // consumed nothing.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s uint32, as []applied, start time.Time, denied int, expose bool) {
+func (m *Middleware) refuse(w http.ResponseWriter, h http.Header, r *http.Request, s uint32, as []applied, start time.Time, denied int, expose bool) {
 	for i := range as {
 		a := &as[i]
 		if a.d.Allowed {
@@ -935,7 +935,6 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s uint32, as
 		rc.denied.Add(1)
 		m.report(r, s, a, OutcomeDenied, a.err, start)
 	}
-	h := w.Header()
 	lw := setHeaders(h, w, as, m.upstream, expose)
 	lw.restore()
 	m.counters(s).denied.Add(1)
