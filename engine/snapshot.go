@@ -468,7 +468,7 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 		at = min(at, gcraMaxTime/2)
 		keep = h.mono <= gcraMaxTime/2
 	}
-	fresh, err := l.freshAlgo(&h, keep)
+	fresh, err := l.freshAlgo(&h)
 	if err != nil {
 		return cr.n, err
 	}
@@ -544,13 +544,13 @@ func (l *Limiter) ReadFrom(r io.Reader) (int64, error) {
 
 // freshAlgo builds empty tables for l's Config, with the snapshot's limits
 // in force (equal to l's: sameConfig) and, for GCRA, its virtual clock
-// piece when keep (the restored Limiter takes the writer's time). Without
-// keep the Limiter keeps its own time, which the writer's piece does not
-// describe: a piece set years into the writer's time, after a stretch at
-// a lower limit, extended back to a time near 0 reads a virtual clock
-// stopped at 0, under which no bucket ever refills. Under setMu and
-// sweepMu; l.impl is left as it was.
-func (l *Limiter) freshAlgo(h *snapHeader, keep bool) (algo, error) {
+// piece (the restored Limiter takes the writer's time). A restore without
+// keep uses them only to check the records: publishRestored keeps l's own
+// tables and time, which the writer's piece does not describe (a piece set
+// years into the writer's time, after a stretch at a lower limit, extended
+// back to a time near 0 reads a virtual clock stopped at 0, under which no
+// bucket ever refills). Under setMu and sweepMu; l.impl is left as it was.
+func (l *Limiter) freshAlgo(h *snapHeader) (algo, error) {
 	l.implMu.Lock()
 	old := l.impl
 	err := specOf(l.cfg.Algorithm).build(l) // sets l.impl (and bounds equal to the ones in force)
@@ -568,9 +568,6 @@ func (l *Limiter) freshAlgo(h *snapHeader, keep bool) (algo, error) {
 	case *gcraAlgo:
 		if h.t0 < 0 || h.t1 < h.t0 || h.t1 > gcraMaxTime || h.u0 < 0 || h.u0 > gcraMaxTime || h.deepest < 0 || h.deepest > gcraMaxDepth {
 			return nil, fmt.Errorf("engine: snapshot's GCRA clock (t0 %d, t1 %d, u0 %d, deepest %d) out of range: %w", h.t0, h.t1, h.u0, h.deepest, ErrSnapshotCorrupt)
-		}
-		if !keep {
-			h.t0, h.t1, h.u0 = 0, 0, 0 // the piece New starts with: u runs from the epoch
 		}
 		r := a.newRate(int(h.limit), int(h.burst), h.follows, h.t0, h.t1, h.u0)
 		a.rate.Store(r)
