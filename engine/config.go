@@ -33,9 +33,9 @@ const (
 // whose memory per key is constant (18-26 bytes) whatever Limit is, and
 // which decides a hot key fastest. Its decisions follow the weighted
 // formula (see the package doc): in the worst case about 2 x Limit - 1
-// admitted in one trailing Window, Limit - 1 over the exact log; choose SlidingLog where every decision must be exact
-// (its memory per key grows with Limit: 4 bytes per unit), GCRA for a
-// rate with a burst of its own.
+// admitted in one trailing Window, Limit - 1 over the exact log; choose
+// SlidingLog where every decision must be exact (its memory per key grows
+// with Limit: 4 bytes per unit), GCRA for a rate with a burst of its own.
 const DefaultAlgorithm = SlidingCounter
 
 // Clock is a monotonic time source in nanoseconds. Now must never go back.
@@ -121,8 +121,8 @@ type Config struct {
 
 	// MaxMemory bounds the bytes of key state (index, slabs, rings) and
 	// the Limiter's own fixed parts, as the heap holds them (see "Memory
-	// bound and eviction" in the package doc). 0 means DefaultMaxMemory. The bound is converted to a key capacity
-	// at New; Stats reports both.
+	// bound and eviction" in the package doc). 0 means DefaultMaxMemory.
+	// The bound is converted to a key capacity at New; Stats reports both.
 	MaxMemory int64
 	// MaxKeys, if > 0, caps the number of tracked keys below what MaxMemory
 	// allows. The cap is on the whole table, not split over shards

@@ -408,10 +408,9 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // reading is before 2001-09-09 (a clock never set: they read 1970, 1980
 // or 2000, and a writer's so made the gap decades long), the gap counts as
 // 0: keys keep every count they had, so the restore never admits more
-// than the Limiter would have
-// (a wall clock stepped forward cannot be told from time that passed: it
-// ages keys by the step). A gap of
-// the wrap guard's span or more (SlidingCounter: 2^22 Windows, 48 days at
+// than the Limiter would have (a wall clock stepped forward cannot be told
+// from time that passed: it ages keys by the step). A gap of the wrap
+// guard's span or more (SlidingCounter: 2^22 Windows, 48 days at
 // 1 s; SlidingLog: 2^30 ticks, at least two Windows) empties every key, as
 // the Limiter would have: none is restored, and the Limiter keeps its own
 // time. GCRA's time, as a running Limiter's, stops at 9 years (2^58 ns)
@@ -578,9 +577,10 @@ func (l *Limiter) freshAlgo(h *snapHeader) (algo, error) {
 
 // publishRestored swaps the restored tables in (under implMu, for Len and
 // Stats) and moves the epoch so that the clock reads at (the writer's time
-// plus the gap) now. Under setMu and sweepMu. Every restored state is live at at (not idle), as after a sweep
-// at at: the wrap guard's next sweep is due a guard span later. at < 0:
-// nothing was restored, and l keeps its own tables.
+// plus the gap) now. Under setMu and sweepMu. Every restored state is
+// live at at (not idle), as after a sweep at at: the wrap guard's next
+// sweep is due a guard span later. at < 0: nothing was restored, and l
+// keeps its own tables.
 func (l *Limiter) publishRestored(fresh algo, at int64) {
 	if at < 0 {
 		// Nothing restored: keep New's tables, and with them a fresh hash
