@@ -140,9 +140,9 @@
 //     against the restore's). A wall clock that went back counts as a gap
 //     of 0 (keys keep all their counts), as does a reading before
 //     2001-09-09 on either side (a clock that was never set): a restore
-//     never admits more than the limit would have. Restored keys are dated on the restoring
-//     Limiter's clock; a caller's explicit times (AllowAt) are that
-//     clock's readings (Now), as always.
+//     never admits more than the limit would have. Restored keys are
+//     dated on the restoring Limiter's clock; a caller's explicit times
+//     (AllowAt) are that clock's readings (Now), as always.
 //   - Refusals: ErrSnapshotConfig (naming the field), ErrSnapshotCorrupt
 //     (truncated, bad checksum, garbage), ErrSnapshotVersion (a newer
 //     format), ErrSnapshotNotEmpty (the Limiter already tracks keys). On
@@ -190,9 +190,10 @@
 // Window/8; a Reset makes it look at once. SlidingCounter and GCRA look
 // first, on every new key, at the shard's last three Reset keys and at up
 // to 8 slots of the new key's own probe path, which keeps the table's
-// probes short under key churn). Lazy reuse is a sample, bounded so that a flood of new
-// keys at the bound costs bounded work: a new key can overflow while an
-// idle key sits elsewhere in its shard; the next sweep frees it. Active
+// probes short under key churn). Lazy reuse is a sample, bounded so that
+// a flood of new keys at the bound costs bounded work: a new key can
+// overflow while an idle key sits elsewhere in its shard; the next sweep
+// frees it. Active
 // keys are never evicted: when the bound is reached and lazy reuse finds
 // no idle key, a new key is not tracked, and Config.Overflow decides it
 // (OverflowAllow: as an empty key, i.e. allowed; OverflowDeny: denied);

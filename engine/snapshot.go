@@ -410,13 +410,13 @@ func (c *crcReader) readFull(p []byte, what string) error {
 // 0: keys keep every count they had, so the restore never admits more
 // than the Limiter would have (a wall clock stepped forward cannot be told
 // from time that passed: it ages keys by the step). A gap of the wrap
-// guard's span or more (SlidingCounter: 2^22 Windows, 48 days at
-// 1 s; SlidingLog: 2^30 ticks, at least two Windows) empties every key, as
-// the Limiter would have: none is restored, and the Limiter keeps its own
-// time. GCRA's time, as a running Limiter's, stops at 9 years (2^58 ns)
-// past its epoch: the gap is counted up to there (keys then age less than
-// the wall clock says, never more); a snapshot written past there restores
-// no key, and the Limiter keeps its own time.
+// guard's span or more (SlidingCounter: 2^22 Windows, 48 days at 1 s;
+// SlidingLog: 2^30 ticks, at least two Windows) empties every key, as the
+// Limiter would have: none is restored, and the Limiter keeps its own
+// time. GCRA counts the writer's time plus the gap only up to 9 years
+// (2^58 ns, half the 18 years at which its time stops) past the epoch
+// (keys then age less than the wall clock says, never more); a snapshot
+// written past there restores no key, and the Limiter keeps its own time.
 // Stats (Allowed, Denied, ...) start from zero.
 //
 // Errors, and what l is left with: ErrSnapshotNotEmpty if l tracks keys
