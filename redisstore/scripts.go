@@ -74,9 +74,9 @@ local rebase = ARGV[5] == ''
 // (after a failover to a server whose clock is behind the old one's, or a
 // clock that stepped back): ZADD NX then reports it and a fresh one is
 // picked ('#' and a number after a lone entry's name; for many, first
-// moves up by a million until none of the n names is taken). So names are never shared, and
-// a removed one does not come back, which keeps the Hybrid's returns, ZREM
-// by name, idempotent.
+// moves up by a million until none of the n names is taken). So names are
+// never shared, and a removed one does not come back, which keeps the
+// Hybrid's returns, ZREM by name, idempotent.
 //
 // logMany defines member and addMany, for writes of more than one entry
 // (the decision script defines them only then: a local function is a
@@ -557,7 +557,7 @@ return {k, w, 0, 0, real}
 // is capped there and stored so, an empty bucket at now (or a full
 // penalty), rather than locking the key for the size of the step. The
 // requests that made the TAT were made no later than now in real time, so
-// the bucket at least as empty as it looks: nothing extra is admitted. With
+// the bucket is at least as empty as it looks: nothing extra is admitted. With
 // a Config.Clock the TAT is used as is (the engine's semantics).
 //
 // The key's TTL is the time until its bucket is full again (rounded up to
