@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"reflect"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,7 +58,6 @@ type live struct {
 	// run of such decisions (another Middleware's SetLimit on a shared
 	// limiter, say) allocates once, not per request.
 	spill atomic.Pointer[policy]
-	mu    sync.Mutex // serializes SetLimit and SetBurst
 }
 
 // shape is the numbers a rule's policy is computed from.
