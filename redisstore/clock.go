@@ -99,7 +99,7 @@ func (n *nodeClock) observe(serverUS int64, sent, recv instant, seed bool) {
 	if n == nil || !sent.samePace(recv) {
 		return // the local wall clock stepped during the call: its bounds mean nothing
 	}
-	v := &estimate{at: recv, lo: serverUS - recv.wall - 1, hi: serverUS - sent.wall + 1}
+	v := &estimate{at: recv, lo: offsetLow(serverUS, recv.wall), hi: serverUS - sent.wall + 1}
 	for {
 		old := n.est.Load()
 		nv := v
@@ -140,6 +140,14 @@ func (n *nodeClock) observe(serverUS int64, sent, recv instant, seed bool) {
 			return
 		}
 	}
+}
+
+// offsetLow is the lower bound of the offset that the server's time
+// serverUS gives when its reply is read at recvWall (µs): S - recv, less a
+// microsecond for truncation. A clock read returns it even when observe
+// ignores the reply (the local wall clock stepped during the read).
+func offsetLow(serverUS, recvWall int64) int64 {
+	return serverUS - recvWall - 1
 }
 
 // offset returns the estimate's lower bound if it is fresh at now, else 0

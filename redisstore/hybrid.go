@@ -703,7 +703,7 @@ func (h *Hybrid) offsets(ctx context.Context, jobs []*job) error {
 			if _, err := h.s.reply(nc, c.Val(), sent, recv, true); err != nil {
 				return err
 			}
-			offs[nc] = c.Val()[4] - recv.UnixMicro() - 1
+			offs[nc] = offsetLow(c.Val()[4], recv.UnixMicro())
 		}
 	}
 	for _, j := range jobs {

@@ -432,7 +432,7 @@ func (s *Store) readClock(ctx context.Context, nc *nodeClock, name string) (int6
 	}
 	recv := time.Now()
 	nc.observe(server, instantOf(sent), instantOf(recv), true)
-	return server - recv.UnixMicro() - 1, nil
+	return offsetLow(server, recv.UnixMicro()), nil
 }
 
 // reply checks a script's reply, feeds its server time to the clock
