@@ -105,7 +105,7 @@
 //
 // What limits a hot key's admissions across cores is the cache lines each
 // admission writes: a line written by one core must move to the next core
-// that writes it (one coherence transfer, about 50-100 ns between cores,
+// that writes it (one coherence transfer, tens of ns or more between cores,
 // more across sockets), so N cores admitting on one key run at most one
 // admission per transfer of each line that every admission writes, however
 // large N is, while reads of lines nobody writes stay in every core's cache
