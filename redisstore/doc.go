@@ -125,14 +125,14 @@
 // newest is at now, the others keeping their spacing; a SlidingCounter's
 // two counts both into now's window, at full weight, so its estimate never
 // drops below what it was before the step; a GCRA key's TAT to at most
-// now + Burst x T, an empty bucket, or now + 2 x Burst x T with Penalty): those requests were made no
-// later than now in real time, so each still counts for at least its full
-// Window and nothing extra is admitted, and a key frees at most one Window (SlidingCounter:
-// two, its memory; GCRA: one bucket, Burst x T, two with Penalty) after
-// its first call after the step, with a RetryAfter
-// that is true, not the size of the step. A clock that steps forward ages entries out early
-// by the step: up to Limit more in the window of the step, as for a
-// server that loses its data.
+// now + Burst x T, an empty bucket, or now + 2 x Burst x T with Penalty):
+// those requests were made no later than now in real time, so each still
+// counts for at least its full Window and nothing extra is admitted, and a
+// key frees at most one Window (SlidingCounter: two, its memory; GCRA: one
+// bucket, Burst x T, two with Penalty) after its first call after the
+// step, with a RetryAfter that is true, not the size of the step. A clock
+// that steps forward ages entries out early by the step: up to Limit more
+// in the window of the step, as for a server that loses its data.
 //
 // # Eviction
 //
