@@ -99,15 +99,19 @@ func (n *nodeClock) observe(serverUS int64, sent, recv instant, seed bool) {
 	if n == nil || !sent.samePace(recv) {
 		return // the local wall clock stepped during the call: its bounds mean nothing
 	}
-	v := &estimate{at: recv, lo: offsetLow(serverUS, recv.wall), hi: serverUS - sent.wall + 1}
+	// Every reply of every call comes here, and most change nothing (a
+	// bound no better than the period's): the new estimate is allocated
+	// only when it is published.
+	lo, hi := offsetLow(serverUS, recv.wall), serverUS-sent.wall+1
+	var v *estimate // this reply's own interval, once built
 	for {
 		old := n.est.Load()
-		nv := v
+		var nv *estimate
 		if !seed && old == nil {
 			return // only a clock read, sent to this server, makes one
 		}
 		if !seed {
-			if !old.at.samePace(recv) || v.lo > old.hi+clockTolerance || v.hi < old.lo-clockTolerance {
+			if !old.at.samePace(recv) || lo > old.hi+clockTolerance || hi < old.lo-clockTolerance {
 				// Another server's reply, or a step of either clock:
 				// it does not feed the estimate, and drops it, so the
 				// next call reads this server's clock first. (Kept, it
@@ -122,11 +126,17 @@ func (n *nodeClock) observe(serverUS int64, sent, recv instant, seed bool) {
 				break // an old period's reply read late; it still vouches for est
 			}
 			if p == op {
-				if v.lo <= old.lo && v.hi >= old.hi {
+				if lo <= old.lo && hi >= old.hi {
 					break
 				}
-				nv = &estimate{at: old.at, lo: max(old.lo, v.lo), hi: min(old.hi, v.hi)}
+				nv = &estimate{at: old.at, lo: max(old.lo, lo), hi: min(old.hi, hi)}
 			}
+		}
+		if nv == nil {
+			if v == nil {
+				v = &estimate{at: recv, lo: lo, hi: hi}
+			}
+			nv = v
 		}
 		if n.est.CompareAndSwap(old, nv) {
 			break

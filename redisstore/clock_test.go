@@ -68,6 +68,24 @@ func TestNodeClockEstimate(t *testing.T) {
 	}
 }
 
+// TestNodeClockReplyThatChangesNothingDoesNotAllocate: every call's reply
+// feeds the estimate, and most bring no better bound; such a reply (and
+// one of an old period read late) must cost the decision no allocation.
+func TestNodeClockReplyThatChangesNothingDoesNotAllocate(t *testing.T) {
+	const sec = int64(1_700_000_000) * 1_000_000
+	c := &nodeClock{}
+	c.observe(sec+1550, steady(sec+1100), steady(sec+1120), true) // [429, 451]
+	allocs := testing.AllocsPerRun(100, func() {
+		c.observe(sec+1600, steady(sec+1000), steady(sec+1200), false) // [399, 601]: no better
+	})
+	if allocs != 0 {
+		t.Fatalf("a reply that leaves the estimate allocated %v times", allocs)
+	}
+	if off, ok := c.offset(steady(sec + 1300)); !ok || off != 429 {
+		t.Fatalf("offset = %d, %v; want 429 (unchanged)", off, ok)
+	}
+}
+
 // TestNodeClockIgnoresAnotherServersReplies: a reply whose interval does
 // not meet the estimate (another server answered it: a cluster's ASK
 // redirection, a Ring that moved the tag; or the server's clock stepped)
