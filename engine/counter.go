@@ -52,13 +52,14 @@ func (a *counterAlgo) allow(key string, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, int(limit), rel, false); done {
+	} else if ok, _, done := a.insert(s, h, 1, int(limit), rel, false); done {
 		// A miss goes straight to the insert, which confirms it under the
 		// lock: a new key probes the table twice, not three times (decide
 		// would look it up again first).
-		return d.Allowed
+		return ok
 	}
-	return a.decide(h, 1, int(limit), rel, false).Allowed
+	ok, _ := a.decide(h, 1, int(limit), rel, false)
+	return ok
 }
 
 func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
@@ -71,10 +72,11 @@ func (a *counterAlgo) allowHash(h uint64, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, int(limit), rel, false); done {
-		return d.Allowed // a miss goes straight to the insert (see allow)
+	} else if ok, _, done := a.insert(s, h, 1, int(limit), rel, false); done {
+		return ok // a miss goes straight to the insert (see allow)
 	}
-	return a.decide(h, 1, int(limit), rel, false).Allowed
+	ok, _ := a.decide(h, 1, int(limit), rel, false)
+	return ok
 }
 
 func (a *counterAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
@@ -94,7 +96,7 @@ func (a *counterAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
 	return dst
 }
 
-func (a *counterAlgo) take(key string, n, limit int, perCall bool, rel int64) Decision {
+func (a *counterAlgo) take(key string, n, limit int, perCall bool, rel int64) (bool, verdict) {
 	if !perCall {
 		limit = int(a.limit.Load())
 	}
@@ -105,7 +107,7 @@ func (a *counterAlgo) take(key string, n, limit int, perCall bool, rel int64) De
 }
 
 // decide is take for a valid n and limit, and the key's hash h.
-func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Decision {
+func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) (bool, verdict) {
 	for {
 		s, rec := a.flat.Lookup(h)
 		if rec != nil {
@@ -113,17 +115,17 @@ func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Dec
 			if st != atomiccounter.Stale {
 				ok := st == atomiccounter.Allowed
 				a.stats.count(ok)
-				d := Decision{Allowed: ok, Limit: limit}
+				v := verdict{limit: limit}
 				if detail {
 					rem, retry, reset := a.counter.DescribeLimit(snap, uint32(n), uint64(limit), ok, ok || a.l.cfg.Penalty)
-					d.Remaining, d.RetryAfter, d.ResetAfter = rem, time.Duration(retry), time.Duration(reset)
+					v.remaining, v.retry, v.reset = rem, time.Duration(retry), time.Duration(reset)
 				}
-				return d
+				return ok, v
 			}
 		}
 		// Not found, or freed or moved under us: the slow path.
-		if d, done := a.insert(s, h, n, limit, rel, detail); done {
-			return d
+		if ok, v, done := a.insert(s, h, n, limit, rel, detail); done {
+			return ok, v
 		}
 	}
 }
@@ -132,24 +134,25 @@ func (a *counterAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Dec
 // (then done is false and the caller retries the lock-free path). The
 // first n requests of a new key are always admitted (n <= Limit on an
 // empty window), so the record is born holding them. Without detail the
-// Decision holds only Allowed and Limit (Allow's case).
-func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int64, detail bool) (Decision, bool) {
+// verdict holds only the limit (Allow's case).
+func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int64, detail bool) (allowed bool, v verdict, done bool) {
 	t := a.flat
 	s.Lock()
 	if t.Find(s, h) != nil {
 		s.Unlock()
-		return Decision{}, false
+		return false, verdict{}, false
 	}
 	clk, due := a.l.insertClock()
 	if due {
 		s.Unlock()
 		a.l.catchUp(clk) // see insertClock
-		return Decision{}, false
+		return false, verdict{}, false
 	}
 	rec, readyAt, ok := t.Claim(s, h, clk)
 	if !ok {
 		s.Unlock()
-		return a.l.overflow(h, n, limit), true
+		allowed, v = a.l.overflow(h, n, limit)
+		return allowed, v, true
 	}
 	at := max(rel, readyAt, clk) // see logAlgo.insert
 	t.Publish(s, rec, h, a.counter.First(at, uint32(n)))
@@ -157,11 +160,11 @@ func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int
 	a.l.stats.inserts.Add(1)
 	a.l.stats.count(true)
 	if !detail {
-		return Decision{Allowed: true, Limit: limit}, true // Allow reads only Allowed
+		return true, verdict{limit: limit}, true // Allow reads only Allowed
 	}
 	win, el := a.counter.At(at)
 	rem, _, reset := a.counter.DescribeLimit(atomiccounter.Snapshot{Window: win, Elapsed: el}, uint32(n), uint64(limit), true, true)
-	return Decision{Allowed: true, Limit: limit, Remaining: rem, ResetAfter: time.Duration(satAdd(reset, at-rel))}, true
+	return true, verdict{limit: limit, remaining: rem, reset: time.Duration(satAdd(reset, at-rel))}, true
 }
 
 // idle is the table's idle test (see package shard).
@@ -172,7 +175,7 @@ func (a *counterAlgo) idle(w uint64, rel int64) (bool, int64) {
 	return false, a.counter.ReadyAt(w, rel)
 }
 
-func (a *counterAlgo) peek(key string, rel int64) Decision {
+func (a *counterAlgo) peek(key string, rel int64) (bool, verdict) {
 	h := a.flat.Hash(key)
 	limit := int(a.limit.Load())
 	for {
@@ -184,7 +187,7 @@ func (a *counterAlgo) peek(key string, rel int64) Decision {
 			if found {
 				continue
 			}
-			return Decision{Allowed: true, Limit: limit, Remaining: limit}
+			return true, verdict{limit: limit, remaining: limit}
 		}
 		st, snap := a.counter.PeekLimit(&rec.State, &rec.Hash, h, rel, uint64(limit))
 		if st == atomiccounter.Stale {
@@ -194,7 +197,7 @@ func (a *counterAlgo) peek(key string, rel int64) Decision {
 		}
 		ok := st == atomiccounter.Allowed
 		rem, retry, reset := a.counter.DescribeLimit(snap, 1, uint64(limit), ok, false)
-		return Decision{Allowed: ok, Limit: limit, Remaining: rem, RetryAfter: time.Duration(retry), ResetAfter: time.Duration(reset)}
+		return ok, verdict{limit: limit, remaining: rem, retry: time.Duration(retry), reset: time.Duration(reset)}
 	}
 }
 

@@ -268,10 +268,11 @@ func (a *gcraAlgo) allow(key string, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, &c, rel, false); done {
-		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
+	} else if ok, _, done := a.insert(s, h, 1, &c, rel, false); done {
+		return ok // a miss goes straight to the insert (see counterAlgo.allow)
 	}
-	return a.decide(h, 1, r, c, rel, false).Allowed
+	ok, _ := a.decide(h, 1, r, c, rel, false)
+	return ok
 }
 
 func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
@@ -285,10 +286,11 @@ func (a *gcraAlgo) allowHash(h uint64, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, &c, rel, false); done {
-		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
+	} else if ok, _, done := a.insert(s, h, 1, &c, rel, false); done {
+		return ok // a miss goes straight to the insert (see counterAlgo.allow)
 	}
-	return a.decide(h, 1, r, c, rel, false).Allowed
+	ok, _ := a.decide(h, 1, r, c, rel, false)
+	return ok
 }
 
 func (a *gcraAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
@@ -308,7 +310,7 @@ func (a *gcraAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
 	return dst
 }
 
-func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) Decision {
+func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) (bool, verdict) {
 	r := a.rate.Load()
 	c := gcraCall{rule: r.rule, burst: r.burst}
 	if perCall {
@@ -327,9 +329,9 @@ func (a *gcraAlgo) take(key string, n, limit int, perCall bool, rel int64) Decis
 }
 
 // decide is take for a valid n under call c, and the key's hash h.
-// Decision.Limit is the bucket: the most requests one call can have
-// admitted.
-func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, c gcraCall, rel int64, detail bool) Decision {
+// The verdict's limit (Decision.Limit) is the bucket: the most requests
+// one call can have admitted.
+func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, c gcraCall, rel int64, detail bool) (bool, verdict) {
 	now := c.at(r, rel)
 	for {
 		s, rec := a.flat.Lookup(h)
@@ -339,19 +341,19 @@ func (a *gcraAlgo) decide(h uint64, n int, r *gcraRate, c gcraCall, rel int64, d
 			case gcra.Allowed, gcra.Denied:
 				ok := st == gcra.Allowed
 				a.stats.count(ok)
-				d := Decision{Allowed: ok, Limit: c.burst}
+				v := verdict{limit: c.burst}
 				if detail {
-					a.describe(&d, snap, n, &c, r, rel)
+					a.describe(&v, ok, snap, n, &c, r, rel)
 				}
-				return d
+				return ok, v
 			case gcra.Other:
 				a.convert(s, rec, h, c.alt)
 				continue
 			}
 		}
 		// Not found, or freed or moved under us: the slow path.
-		if d, done := a.insert(s, h, n, &c, rel, detail); done {
-			return d
+		if ok, v, done := a.insert(s, h, n, &c, rel, detail); done {
+			return ok, v
 		}
 	}
 }
@@ -399,19 +401,20 @@ func (r *gcraRate) convert(w uint64, b int64) uint64 {
 	return gcra.Convert(w, func(t int64) int64 { return min(r.real(t), gcraMaxTime) })
 }
 
-// describe fills the figures of d from a decision's snapshot: RetryAfter
+// describe fills the figures of v from a decision's snapshot (allowed says
+// whether it admitted): RetryAfter
 // is exact (the first real time at which the clock reaches the time n more
 // are admitted, with no other traffic), ResetAfter is until the bucket is
 // full again. A key whose times reached GCRA's end of time (gcraMaxTime,
 // 18 years after the epoch) is denied with RetryAfter Never, never 0.
-func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, c *gcraCall, r *gcraRate, rel int64) {
+func (a *gcraAlgo) describe(v *verdict, allowed bool, snap gcra.Snapshot, n int, c *gcraCall, r *gcraRate, rel int64) {
 	rem, retryAt, fullAt := gcra.Describe(snap, int64(n), c.rule)
-	d.Remaining = int(rem)
-	d.ResetAfter = time.Duration(max(0, c.realOf(r, fullAt)-rel))
-	if !d.Allowed {
-		d.RetryAfter = time.Duration(c.realOf(r, retryAt) - rel)
-		if d.RetryAfter <= 0 || retryAt >= gcraMaxTime {
-			d.RetryAfter = Never
+	v.remaining = int(rem)
+	v.reset = time.Duration(max(0, c.realOf(r, fullAt)-rel))
+	if !allowed {
+		v.retry = time.Duration(c.realOf(r, retryAt) - rel)
+		if v.retry <= 0 || retryAt >= gcraMaxTime {
+			v.retry = Never
 		}
 	}
 }
@@ -419,24 +422,25 @@ func (a *gcraAlgo) describe(d *Decision, snap gcra.Snapshot, n int, c *gcraCall,
 // insert creates the key's state under the shard lock, unless it exists
 // (then done is false and the caller retries the lock-free path). n fits
 // the bucket, so the first n requests of a new key are admitted. Without
-// detail the Decision holds only Allowed and Limit (Allow's case).
-func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel int64, detail bool) (Decision, bool) {
+// detail the verdict holds only the limit (Allow's case).
+func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel int64, detail bool) (allowed bool, v verdict, done bool) {
 	t := a.flat
 	s.Lock()
 	if t.Find(s, h) != nil {
 		s.Unlock()
-		return Decision{}, false
+		return false, verdict{}, false
 	}
 	clk, due := a.l.insertClock()
 	if due {
 		s.Unlock()
 		a.l.catchUp(clk) // see insertClock
-		return Decision{}, false
+		return false, verdict{}, false
 	}
 	rec, readyAt, ok := t.Claim(s, h, clk)
 	if !ok {
 		s.Unlock()
-		return a.l.overflow(h, n, c.burst), true
+		allowed, v = a.l.overflow(h, n, c.burst)
+		return allowed, v, true
 	}
 	// The rate is loaded under the lock (see "Reclamation across a
 	// change"), and the key dated no earlier than its record's previous
@@ -447,11 +451,11 @@ func (a *gcraAlgo) insert(s *shard.FlatShard, h uint64, n int, c *gcraCall, rel 
 	s.Unlock()
 	a.l.stats.inserts.Add(1)
 	a.l.stats.count(true)
-	d := Decision{Allowed: true, Limit: c.burst}
+	v = verdict{limit: c.burst}
 	if detail {
-		a.describe(&d, gcra.Snapshot{At: at, Base: at, After: at + int64(n)*c.rule.Token}, n, c, r, rel)
+		a.describe(&v, true, gcra.Snapshot{At: at, Base: at, After: at + int64(n)*c.rule.Token}, n, c, r, rel)
 	}
-	return d, true
+	return true, v, true
 }
 
 // idle is the table's idle test (see package shard): the bucket is full
@@ -470,7 +474,7 @@ func (a *gcraAlgo) idle(w uint64, rel int64) (bool, int64) {
 	return false, max(rel, r.real(t))
 }
 
-func (a *gcraAlgo) peek(key string, rel int64) Decision {
+func (a *gcraAlgo) peek(key string, rel int64) (bool, verdict) {
 	h := a.flat.Hash(key)
 	r := a.rate.Load()
 	c := gcraCall{rule: r.rule, burst: r.burst}
@@ -484,7 +488,7 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 			if found {
 				continue
 			}
-			return Decision{Allowed: true, Limit: r.burst, Remaining: r.burst}
+			return true, verdict{limit: r.burst, remaining: r.burst}
 		}
 		w := rec.State.Load()
 		if !gcra.Live(w) || rec.Hash.Load() != h {
@@ -498,9 +502,10 @@ func (a *gcraAlgo) peek(key string, rel int64) Decision {
 			w = r.convert(w, a.bound())
 		}
 		st, snap := gcra.Peek(w, u, r.rule)
-		d := Decision{Allowed: st == gcra.Allowed, Limit: r.burst}
-		a.describe(&d, snap, 1, &c, r, rel)
-		return d
+		ok := st == gcra.Allowed
+		v := verdict{limit: r.burst}
+		a.describe(&v, ok, snap, 1, &c, r, rel)
+		return ok, v
 	}
 }
 

@@ -427,7 +427,8 @@ func (l *Limiter) Allow(key string) bool {
 // admitted: it is denied with RetryAfter Never, records nothing and counts
 // in Stats.Invalid.
 func (l *Limiter) AllowN(key string, n int) Decision {
-	return l.take(key, n, 0, false, l.rel(l.now()))
+	ok, v := l.take(key, n, 0, false, l.rel(l.now()))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
 }
 
 // AllowNWithLimit is AllowN deciding with limit instead of Config.Limit, for
@@ -452,16 +453,18 @@ func (l *Limiter) AllowN(key string, n int) Decision {
 // Never, records nothing and counts in Stats.Invalid, like an n out of
 // range.
 func (l *Limiter) AllowNWithLimit(key string, n, limit int) Decision {
-	return l.take(key, n, limit, true, l.rel(l.now()))
+	ok, v := l.take(key, n, limit, true, l.rel(l.now()))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
 }
 
 // AllowNWithLimitAt is AllowNWithLimit at time now of the Limiter's clock.
 func (l *Limiter) AllowNWithLimitAt(key string, n, limit int, now Time) Decision {
-	return l.take(key, n, limit, true, l.at(now))
+	ok, v := l.take(key, n, limit, true, l.at(now))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
 }
 
 // take is every AllowN variant: limit is the caller's when perCall.
-func (l *Limiter) take(key string, n, limit int, perCall bool, rel int64) Decision {
+func (l *Limiter) take(key string, n, limit int, perCall bool, rel int64) (bool, verdict) {
 	if rel >= l.sweepDue.Load() {
 		l.catchUp(rel)
 	}
@@ -471,9 +474,9 @@ func (l *Limiter) take(key string, n, limit int, perCall bool, rel int64) Decisi
 // never is the Decision of a call no wait admits (n or the call's limit
 // out of range): not a rate-limit denial, counted apart, and said so with
 // RetryAfter Never (0 would invite a retry loop).
-func (l *Limiter) never(limit int) Decision {
+func (l *Limiter) never(limit int) (bool, verdict) {
 	l.stats.invalid.Add(1)
-	return Decision{Limit: limit, RetryAfter: Never}
+	return false, verdict{limit: limit, retry: Never}
 }
 
 // AllowAt is AllowN(key, 1) at time now of the Limiter's clock (see Now).
@@ -481,21 +484,29 @@ func (l *Limiter) never(limit int) Decision {
 // A time behind the key's newest counts at the newest (see Time in the
 // package doc, which also says what a time ahead of the clock does).
 func (l *Limiter) AllowAt(key string, now Time) Decision {
-	return l.take(key, 1, 0, false, l.at(now))
+	ok, v := l.take(key, 1, 0, false, l.at(now))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
 }
 
 // AllowNAt is AllowN at time now of the Limiter's clock.
 func (l *Limiter) AllowNAt(key string, n int, now Time) Decision {
-	return l.take(key, n, 0, false, l.at(now))
+	ok, v := l.take(key, n, 0, false, l.at(now))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
 }
 
 // Peek reports what AllowN(key, 1) would decide now, consuming nothing.
 // Remaining counts the requests admissible now (not minus a hypothetical
 // one).
-func (l *Limiter) Peek(key string) Decision { return l.impl.peek(key, l.rel(l.now())) }
+func (l *Limiter) Peek(key string) Decision {
+	ok, v := l.impl.peek(key, l.rel(l.now()))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
+}
 
 // PeekAt is Peek at time now of the Limiter's clock.
-func (l *Limiter) PeekAt(key string, now Time) Decision { return l.impl.peek(key, l.at(now)) }
+func (l *Limiter) PeekAt(key string, now Time) Decision {
+	ok, v := l.impl.peek(key, l.at(now))
+	return Decision{Allowed: ok, Limit: v.limit, Remaining: v.remaining, RetryAfter: v.retry, ResetAfter: v.reset}
+}
 
 // satAdd is a+b for a, b >= 0, saturating at MaxInt64.
 func satAdd(a, b int64) int64 {
@@ -527,14 +538,14 @@ func (l *Limiter) guardDue(now int64) bool {
 }
 
 // overflow decides a new key that cannot be tracked (Config.Overflow).
-func (l *Limiter) overflow(h uint64, n, limit int) Decision {
+func (l *Limiter) overflow(h uint64, n, limit int) (bool, verdict) {
 	l.stats.overflow.Add(1)
 	allowed := l.cfg.Overflow == OverflowAllow
 	l.stats.count(allowed)
 	if allowed {
-		return Decision{Allowed: true, Limit: limit, Remaining: limit - n}
+		return true, verdict{limit: limit, remaining: limit - n}
 	}
-	return Decision{Limit: limit, RetryAfter: time.Duration(l.window)}
+	return false, verdict{limit: limit, retry: time.Duration(l.window)}
 }
 
 // Reset forgets key's state: its next request starts on an empty window.

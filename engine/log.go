@@ -82,10 +82,11 @@ func (a *logAlgo) allow(key string, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
-		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
+	} else if ok, _, done := a.insert(s, h, 1, int(limit), rel); done {
+		return ok // a miss goes straight to the insert (see counterAlgo.allow)
 	}
-	return a.decide(h, 1, int(limit), rel, false).Allowed
+	ok, _ := a.decide(h, 1, int(limit), rel, false)
+	return ok
 }
 
 func (a *logAlgo) allowHash(h uint64, rel int64) bool {
@@ -98,10 +99,11 @@ func (a *logAlgo) allowHash(h uint64, rel int64) bool {
 			a.stats.count(ok)
 			return ok
 		}
-	} else if d, done := a.insert(s, h, 1, int(limit), rel); done {
-		return d.Allowed // a miss goes straight to the insert (see counterAlgo.allow)
+	} else if ok, _, done := a.insert(s, h, 1, int(limit), rel); done {
+		return ok // a miss goes straight to the insert (see counterAlgo.allow)
 	}
-	return a.decide(h, 1, int(limit), rel, false).Allowed
+	ok, _ := a.decide(h, 1, int(limit), rel, false)
+	return ok
 }
 
 func (a *logAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
@@ -121,7 +123,7 @@ func (a *logAlgo) allowMany(dst []bool, keys []string, rel int64) []bool {
 	return dst
 }
 
-func (a *logAlgo) take(key string, n, limit int, perCall bool, rel int64) Decision {
+func (a *logAlgo) take(key string, n, limit int, perCall bool, rel int64) (bool, verdict) {
 	if !perCall {
 		limit = int(a.limit.Load())
 	}
@@ -132,7 +134,7 @@ func (a *logAlgo) take(key string, n, limit int, perCall bool, rel int64) Decisi
 }
 
 // decide is take for a valid n and limit, and the key's hash h.
-func (a *logAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Decision {
+func (a *logAlgo) decide(h uint64, n, limit int, rel int64, detail bool) (bool, verdict) {
 	for {
 		s, rec, slots := a.table.Lookup(h)
 		if rec != nil {
@@ -144,20 +146,20 @@ func (a *logAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Decisio
 			if st != ring.Stale {
 				ok := st == ring.Allowed
 				a.stats.count(ok)
-				d := Decision{Allowed: ok, Limit: limit}
+				v := verdict{limit: limit}
 				if detail {
-					d.Remaining = int(out.Remaining)
-					d.ResetAfter = a.delay(out.ResetAfter, rel)
+					v.remaining = int(out.Remaining)
+					v.reset = a.delay(out.ResetAfter, rel)
 					if !ok {
-						d.RetryAfter = a.delay(out.RetryAfter, rel)
+						v.retry = a.delay(out.RetryAfter, rel)
 					}
 				}
-				return d
+				return ok, v
 			}
 		}
 		// Not found, or the record was freed or reused under us: the slow path.
-		if d, done := a.insert(s, h, n, limit, rel); done {
-			return d
+		if ok, v, done := a.insert(s, h, n, limit, rel); done {
+			return ok, v
 		}
 	}
 }
@@ -166,25 +168,26 @@ func (a *logAlgo) decide(h uint64, n, limit int, rel int64, detail bool) Decisio
 // goroutine got there first (then done is false and the caller retries the
 // lock-free path). The first n requests of a new key are always admitted
 // (n <= Limit on an empty window), so the record is born holding them.
-func (a *logAlgo) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Decision, bool) {
+func (a *logAlgo) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (allowed bool, v verdict, done bool) {
 	t := a.table
 	s.Lock()
 	if _, ok := t.Find(s, h); ok {
 		s.Unlock()
-		return Decision{}, false
+		return false, verdict{}, false
 	}
 	clk, due := a.l.insertClock()
 	if due {
 		s.Unlock()
 		a.l.catchUp(clk) // see insertClock
-		return Decision{}, false
+		return false, verdict{}, false
 	}
 	// Lazy reuse judges idleness by the clock, never by rel: a time ahead
 	// of the clock must not free other keys (see package shard).
 	ref, readyAt, ok := t.Alloc(s, clk)
 	if !ok {
 		s.Unlock()
-		return a.l.overflow(h, n, limit), true
+		allowed, v = a.l.overflow(h, n, limit)
+		return allowed, v, true
 	}
 	// Date the new key no earlier than the moment its record's previous
 	// owner went empty: then the previous owner's late writers find values
@@ -201,8 +204,7 @@ func (a *logAlgo) insert(s *shard.Shard, h uint64, n, limit int, rel int64) (Dec
 	s.Unlock()
 	a.l.stats.inserts.Add(1)
 	a.l.stats.count(true)
-	return Decision{Allowed: true, Limit: limit, Remaining: limit - n,
-		ResetAfter: a.delay(tk+a.wq+1-a.tick(rel), rel)}, true
+	return true, verdict{limit: limit, remaining: limit - n, reset: a.delay(tk+a.wq+1-a.tick(rel), rel)}, true
 }
 
 // idle is the table's idle test (see package shard): whether state w holds
@@ -215,7 +217,7 @@ func (a *logAlgo) idle(w uint64, rel int64) (idle bool, readyAt int64) {
 	return false, rel - rel%a.res + satMul(int64(uint32(d)), a.res)
 }
 
-func (a *logAlgo) peek(key string, rel int64) Decision {
+func (a *logAlgo) peek(key string, rel int64) (bool, verdict) {
 	h := a.table.Hash(key)
 	limit := int(a.limit.Load())
 	for {
@@ -227,11 +229,11 @@ func (a *logAlgo) peek(key string, rel int64) Decision {
 			if found {
 				continue
 			}
-			return Decision{Allowed: true, Limit: limit, Remaining: limit}
+			return true, verdict{limit: limit, remaining: limit}
 		}
 		st, out := a.ring.PeekLimit(&rec.State, &rec.Hash, h, slots, a.tick(rel), uint32(limit))
 		if st == ring.Idle { // nothing counts; Peek changes nothing, not even this
-			return Decision{Allowed: true, Limit: limit, Remaining: limit}
+			return true, verdict{limit: limit, remaining: limit}
 		}
 		if st == ring.Busy {
 			runtime.Gosched() // another request is resetting the key's ring
@@ -242,11 +244,12 @@ func (a *logAlgo) peek(key string, rel int64) Decision {
 			s.Unlock()
 			continue
 		}
-		d := Decision{Allowed: st == ring.Allowed, Limit: limit, Remaining: int(out.Remaining), ResetAfter: a.delay(out.ResetAfter, rel)}
-		if !d.Allowed {
-			d.RetryAfter = a.delay(out.RetryAfter, rel)
+		ok := st == ring.Allowed
+		v := verdict{limit: limit, remaining: int(out.Remaining), reset: a.delay(out.ResetAfter, rel)}
+		if !ok {
+			v.retry = a.delay(out.RetryAfter, rel)
 		}
-		return d
+		return ok, v
 	}
 }
 
