@@ -134,12 +134,23 @@ const (
 
 // Snapshot is the state a decision was made on, rolled to the request's
 // window and before the request was added.
+//
+// The counts are one embedded field (Counts) so that Snapshot has four
+// fields in 32 bytes, which the compiler keeps in registers when Take
+// returns it; with five fields it was stored to memory and copied with
+// 16-byte loads that stall on the narrower stores just made (see package
+// engine's verdict).
 type Snapshot struct {
 	Window  uint64 // full window number (not masked)
 	Elapsed uint64 // ns into the window
-	Prev    uint32
-	Cur     uint32
-	Lag     uint64 // ns from the request's own time to the time it counts at (late requests)
+	Counts
+	Lag uint64 // ns from the request's own time to the time it counts at (late requests)
+}
+
+// Counts are the previous and current windows' counts of a Snapshot.
+type Counts struct {
+	Prev uint32
+	Cur  uint32
 }
 
 // At returns the window number and the elapsed time for now (ns since the
@@ -345,9 +356,19 @@ func (c *Counter) DescribeLimit(s Snapshot, n uint32, limit uint64, allowed, rec
 	}
 	W := c.window
 	rest := W - s.Elapsed
-	// weighted = ceil(prev*(W-e)/W)
+	// weighted = ceil(prev*(W-e)/W). prev < 2^20 and rest <= W, so the
+	// product is below 2^20 x W and h < W: Div64 cannot overflow. When the
+	// product fits fastdiv's range (Windows up to 2^42 ns, about 73 minutes,
+	// always), the precomputed reciprocal divides it in a multiply instead
+	// of a hardware divide, which was a tenth of a hot-key AllowN.
 	h, l := bits.Mul64(uint64(s.Prev), rest)
-	q, r := bits.Div64(h, l, W) // h < W because prev < 2^20 and rest <= W... see below
+	var q, r uint64
+	if h == 0 && l <= fastdiv.MaxDividend {
+		q = c.div.Div(l)
+		r = l - q*W
+	} else {
+		q, r = bits.Div64(h, l, W)
+	}
 	if r != 0 {
 		q++
 	}

@@ -2,6 +2,8 @@ package atomiccounter
 
 import (
 	"math/big"
+	"math/rand/v2"
+	"reflect"
 	"sync/atomic"
 	"testing"
 )
@@ -98,7 +100,7 @@ func FuzzCounter(f *testing.F) {
 func TestDescribe(t *testing.T) {
 	c := New(10, 1000, false)
 	// 8 in the previous window, 3 in this one, 25% elapsed: estimate 9.
-	s := Snapshot{Window: 5, Elapsed: 250, Prev: 8, Cur: 3}
+	s := Snapshot{Window: 5, Elapsed: 250, Counts: Counts{Prev: 8, Cur: 3}}
 	rem, retry, reset := c.Describe(s, 2, false, false)
 	if rem != 1 || reset != 1750 {
 		t.Fatalf("remaining %d reset %d", rem, reset)
@@ -108,7 +110,7 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("retry = %d, want 125", retry)
 	}
 	// past the limit in the current window: wait for the next one
-	s = Snapshot{Window: 5, Elapsed: 100, Prev: 0, Cur: 10}
+	s = Snapshot{Window: 5, Elapsed: 100, Counts: Counts{Prev: 0, Cur: 10}}
 	if _, retry, _ := c.Describe(s, 1, false, false); retry != 900+100 {
 		t.Fatalf("retry = %d, want 1000 (next window, e=100: 10*0.9+1 = 10)", retry)
 	}
@@ -137,5 +139,55 @@ func TestStale(t *testing.T) {
 	st.Store(Free)
 	if s, _ := c.Peek(&st, &id, 1, 10); s != Stale {
 		t.Fatal("Peek on a free record not Stale")
+	}
+}
+
+// TestDescribeRemainingMatchesExactCeiling checks Remaining against the
+// exact ceil(prev*(W-e)/W) in big integers, for Windows on both sides of
+// fastdiv's range (DescribeLimit divides by the reciprocal when the
+// product is below 2^62 and by Div64 above).
+func TestDescribeRemainingMatchesExactCeiling(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	windows := []uint64{1, 3, 1000, 999_999_937, 60e9, 1 << 42, 1<<42 + 1, 3600e9 * 24 * 365, 1 << 62}
+	for _, W := range windows {
+		c := New(MaxCount, int64(W), false)
+		for range 2000 {
+			prev := uint32(r.IntN(MaxCount + 1))
+			cur := uint32(r.IntN(MaxCount + 1))
+			e := r.Uint64N(W)
+			switch r.IntN(4) { // the edges: e = 0, e = W-1, prev at its maximum
+			case 0:
+				e = 0
+			case 1:
+				e = W - 1
+			case 2:
+				prev = MaxCount
+			}
+			s := Snapshot{Window: 9, Elapsed: e, Counts: Counts{Prev: prev, Cur: cur}}
+			rem, _, _ := c.DescribeLimit(s, 1, MaxCount, true, false)
+			num := new(big.Int).Mul(new(big.Int).SetUint64(uint64(prev)), new(big.Int).SetUint64(W-e))
+			q, m := new(big.Int).QuoRem(num, new(big.Int).SetUint64(W), new(big.Int))
+			if m.Sign() != 0 {
+				q.Add(q, big.NewInt(1))
+			}
+			want := int64(MaxCount) - q.Int64() - int64(cur)
+			if want < 0 {
+				want = 0
+			}
+			if int64(rem) != want {
+				t.Fatalf("W=%d prev=%d cur=%d e=%d: Remaining %d, want %d", W, prev, cur, e, rem, want)
+			}
+		}
+	}
+}
+
+// TestSnapshotFitsInRegisters checks that Snapshot stays a value the
+// compiler keeps in registers (at most four fields, 32 bytes): Take
+// returns one on every decision, and a larger struct is copied through
+// memory at each return (see the type's doc).
+func TestSnapshotFitsInRegisters(t *testing.T) {
+	typ := reflect.TypeFor[Snapshot]()
+	if typ.NumField() > 4 || typ.Size() > 32 {
+		t.Fatalf("Snapshot has %d fields in %d bytes; at most 4 fields in 32 bytes stay in registers", typ.NumField(), typ.Size())
 	}
 }
