@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -521,6 +523,7 @@ local K = KEYS[1]
 local n = tonumber(ARGV[3])
 local single = true
 local t, now, W, from, dl, last = real, real, 1000000, real - 1000000, 1e17, nil
+local tS, fromS = string.format('%d', t), string.format('%d', from)
 local relTTL = '60000'
 ` + logWrite + `
 return {ok and 1 or 0, first}`
@@ -542,6 +545,65 @@ return {ok and 1 or 0, first}`
 	r2 := write("1700000001", "7", 3)
 	if got := client.ZCard(ctx, "names").Val(); got != 9 || r1[1] != 1 || r2[1] != 1000001 {
 		t.Fatalf("two writes of three at one µs: %d entries, first indexes %d and %d", got, r1[1], r2[1])
+	}
+}
+
+// TestLogScoresFromServerTimeExactForEveryMicrosecond: the log script
+// builds now's score as text from TIME's two fields (seconds, then µs
+// without leading zeros), padding the µs to six digits. Run here with a
+// TIME the test chooses, every width of the µs field must give the entry
+// the exact µs as its score, and the window that the next call counts must
+// hold exactly the entries of the last Window.
+func TestLogScoresFromServerTimeExactForEveryMicrosecond(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	ctx := context.Background()
+	// logWindow and logWrite with TIME (sec, µs) as given; ARGV[5] is ""
+	// (the server's clock), as in a Store without Config.Clock.
+	harness := `
+local tm = {ARGV[1], ARGV[2]}
+local real = tm[1] * 1000000 + tm[2]
+local now, rebase, W, n, dl = real, true, 1000000, 1, 1e17
+` + logWindow + `
+local single, relTTL = true, nil
+` + logWrite + `
+return {c, ok and 1 or 0}`
+	var want []int64
+	for i, usec := range []string{"0", "7", "45", "306", "1234", "56789", "123456", "999999"} {
+		sec := "1700000000"
+		if i >= 4 { // a second later: the first four leave the window
+			sec = "1700000001"
+		}
+		r, err := client.Eval(ctx, harness, []string{"scores"}, sec, usec, "", "", "").Int64Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := strconv.ParseInt(sec, 10, 64)
+		u, _ := strconv.ParseInt(usec, 10, 64)
+		at := s*1_000_000 + u
+		// Entries in [at-W, at] before this one: the count the script saw.
+		inWindow := int64(0)
+		for _, w := range want {
+			if w >= at-1_000_000 && w <= at {
+				inWindow++
+			}
+		}
+		if r[0] != inWindow || r[1] != 1 {
+			t.Fatalf("call at %d µs counted %d entries in its window (ok %d), want %d", at, r[0], r[1], inWindow)
+		}
+		want = append(want, at)
+	}
+	got, err := client.ZRangeWithScores(ctx, "scores", 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scores []int64
+	for _, z := range got {
+		scores = append(scores, int64(z.Score))
+	}
+	slices.Sort(want)
+	if !slices.Equal(scores, want) {
+		t.Fatalf("entry scores %v, want the calls' µs %v", scores, want)
 	}
 }
 
