@@ -28,7 +28,9 @@
 // reports the server's own time per decision from INFO commandstats (reset
 // after the warm-up): srv-µs/decision, and script-µs/call, the scripts'
 // usec_per_call (EVALSHA and EVAL; commands a script calls are counted
-// inside it). The figures measure the client, the loopback and the server
+// inside it), and client-µs/decision, the benchmark process's own CPU time
+// (user and system, from getrusage) per decision: client and server share
+// the machine's cores, so either side's cost lowers decisions/s. The figures measure the client, the loopback and the server
 // together, all on one machine; they compare designs, not production
 // network latency. cmd/redismd turns the output into the RESULTS.md
 // fragment (make bench-redis).
