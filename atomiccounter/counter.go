@@ -276,10 +276,15 @@ func (c *Counter) First(now int64, n uint32) uint64 {
 // it is two or more windows old, and not ahead of now (see "Time"). Free
 // and Moved words are not idle (they hold no key).
 func (c *Counter) Idle(w uint64, now int64) bool {
+	win, _ := c.At(now)
+	return c.idleIn(w, win)
+}
+
+// idleIn is Idle for a time in window win.
+func (c *Counter) idleIn(w uint64, win uint64) bool {
 	if !live(w) {
 		return false
 	}
-	win, _ := c.At(now)
 	ww, prev, cur := Unpack(w)
 	d := (win - ww) & windowMask
 	if prev == 0 && cur == 0 {
@@ -298,18 +303,26 @@ func (c *Counter) Idle(w uint64, now int64) bool {
 // the key whose word is w holds nothing: the start of the second window
 // after the word's window.
 func (c *Counter) ReadyAt(w uint64, now int64) int64 {
-	if c.Idle(w, now) {
-		return now
-	}
+	_, at := c.IdleReadyAt(w, now)
+	return at
+}
+
+// IdleReadyAt is (Idle(w, now), ReadyAt(w, now)) from one reading of
+// now's window: lazy reuse asks both of every key it examines, and each
+// on its own divided now by the Window again (ReadyAt also called Idle).
+func (c *Counter) IdleReadyAt(w uint64, now int64) (idle bool, readyAt int64) {
 	s := Snapshot{}
 	s.Window, s.Elapsed = c.At(now)
+	if c.idleIn(w, s.Window) {
+		return true, now
+	}
 	c.roll(w, &s) // s.Window is now the word's window if it is ahead
 	ww, prev, cur := Unpack(w)
 	full := s.Window - (s.Window-ww)&windowMask // the word's window, unmasked
 	if prev == 0 && cur == 0 {
-		return max(now, int64(satMul(full+1, c.window))) // Reset's word: see Idle
+		return false, max(now, int64(satMul(full+1, c.window))) // Reset's word: see Idle
 	}
-	return max(now, int64(satMul(full+2, c.window)))
+	return false, max(now, int64(satMul(full+2, c.window)))
 }
 
 // Emptied returns the word that Reset stores in place of the key's word w:

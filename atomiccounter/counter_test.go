@@ -191,3 +191,50 @@ func TestSnapshotFitsInRegisters(t *testing.T) {
 		t.Fatalf("Snapshot has %d fields in %d bytes; at most 4 fields in 32 bytes stay in registers", typ.NumField(), typ.Size())
 	}
 }
+
+// TestIdleReadyAtIsTheFirstIdleTime checks IdleReadyAt against Idle: a
+// live word idle at now reads (true, now); otherwise the word is idle at
+// readyAt and at no time from now to readyAt-1 (probed at the window
+// boundaries in between, where Idle can change). Words are current, one
+// or more windows old, ahead of now (late requests), and Reset's.
+func TestIdleReadyAtIsTheFirstIdleTime(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	const W = 1000
+	c := New(10, W, false)
+	for range 20000 {
+		nowWin := uint64(1<<24 + r.IntN(1<<25))
+		now := int64(nowWin*W + r.Uint64N(W))
+		var ww uint64
+		switch r.IntN(3) {
+		case 0:
+			ww = nowWin - uint64(r.IntN(4)) // current to three windows old
+		case 1:
+			ww = nowWin + uint64(1+r.IntN(3)) // ahead of now
+		default:
+			ww = nowWin - uint64(r.IntN(1<<20))
+		}
+		prev, cur := uint32(r.IntN(3)), uint32(1+r.IntN(3))
+		if r.IntN(4) == 0 {
+			prev, cur = 0, 0 // Reset's word
+		}
+		w := Pack(ww, prev, cur)
+		idle, at := c.IdleReadyAt(w, now)
+		if idle != c.Idle(w, now) {
+			t.Fatalf("word %x at %d: IdleReadyAt says idle=%v, Idle %v", w, now, idle, c.Idle(w, now))
+		}
+		if idle {
+			if at != now {
+				t.Fatalf("word %x idle at %d: readyAt %d, want now", w, now, at)
+			}
+			continue
+		}
+		if at <= now || !c.Idle(w, at) {
+			t.Fatalf("word %x at %d: readyAt %d is not a later idle time", w, now, at)
+		}
+		for x := now; x < at; x = (x/W + 1) * W {
+			if c.Idle(w, x) || c.Idle(w, min(at-1, (x/W+1)*W-1)) {
+				t.Fatalf("word %x at %d: idle at %d, before readyAt %d", w, now, x, at)
+			}
+		}
+	}
+}

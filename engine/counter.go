@@ -169,10 +169,7 @@ func (a *counterAlgo) insert(s *shard.FlatShard, h uint64, n, limit int, rel int
 
 // idle is the table's idle test (see package shard).
 func (a *counterAlgo) idle(w uint64, rel int64) (bool, int64) {
-	if a.counter.Idle(w, rel) {
-		return true, rel
-	}
-	return false, a.counter.ReadyAt(w, rel)
+	return a.counter.IdleReadyAt(w, rel)
 }
 
 func (a *counterAlgo) peek(key string, rel int64) (bool, verdict) {
