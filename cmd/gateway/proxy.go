@@ -83,7 +83,7 @@ func (b *bufferPool) Put(buf []byte) {
 // response body's read timeout behind it.
 type proxy struct {
 	rp   *httputil.ReverseProxy
-	tr   *http.Transport
+	tr   *upstreamTransport // the direct round trip, std http.Transport for the rest (upstream.go)
 	pc   proxyConfig
 	ours bool // upstream_headers: ours (the upstream's rate-limit headers never go out)
 	log  *slog.Logger
@@ -91,7 +91,7 @@ type proxy struct {
 }
 
 func newProxy(u *url.URL, c *config, log *slog.Logger, m *metrics) *proxy {
-	tr := newTransport(c.proxy)
+	tr := newUpstreamTransport(u, c.proxy, newTransport(c.proxy))
 	trusted := c.trusted
 	p := &proxy{tr: tr, pc: c.proxy, ours: c.opts.Upstream == httplimit.UpstreamOurs, log: log, m: m}
 	p.rp = &httputil.ReverseProxy{
