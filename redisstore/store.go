@@ -35,6 +35,7 @@ type Store struct {
 	unit time.Duration
 
 	evict evictionWatch
+	slots doneSlots // the shared Done channels of calls (see callCtx)
 
 	localOnce sync.Once
 	local     atomic.Pointer[engine.Limiter] // FailLocal's engine, built at the first fault
@@ -114,6 +115,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: c, ks: newKeyspace(c), start: time.Now(), script: logScript, unit: time.Microsecond}
 	s.clock = newServerClock(c.Client)
+	s.slots = newDoneSlots(c.Timeout)
 	s.br.threshold = int64(c.BreakerThreshold)
 	s.br.cooldown = int64(c.BreakerCooldown)
 	s.br.interval = int64(c.Timeout)
@@ -478,13 +480,18 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 	}
 	// go-redis reads the context's deadline for the socket's read and
 	// write deadlines, and selects on its Done while it waits for a pooled
-	// connection. (A shared per-millisecond Done channel saved the four
-	// allocations of WithDeadline but made the runtime fire a timer, a
-	// goroutine and a thread wake-up each millisecond, which cost more
-	// client CPU per decision than it saved.)
-	ctx, cancel := context.WithDeadline(parent, deadline)
-	err := send(ctx, deadline)
-	cancel()
+	// connection. A caller's context that cannot end (AllowN's) gets a
+	// callCtx: the same deadline without a timer of its own (see callCtx).
+	var err error
+	if own && parent.Done() == nil && s.slots.size > 0 {
+		if done := s.slots.done(int64(deadline.Sub(s.start)), s.mono()); done != nil {
+			err = send(&callCtx{Context: parent, deadline: deadline, done: done}, deadline)
+		} else {
+			err = s.sendWithDeadline(parent, deadline, send)
+		}
+	} else {
+		err = s.sendWithDeadline(parent, deadline, send)
+	}
 	if err == nil {
 		s.br.success()
 		s.maybeSample(int64(start.Sub(s.start)))
@@ -559,6 +566,13 @@ func (s *Store) roundTrip(parent context.Context, send func(ctx context.Context,
 		s.br.success()
 	}
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// sendWithDeadline runs send under context.WithDeadline(parent, deadline).
+func (s *Store) sendWithDeadline(parent context.Context, deadline time.Time, send func(ctx context.Context, deadline time.Time) error) error {
+	ctx, cancel := context.WithDeadline(parent, deadline)
+	defer cancel()
+	return send(ctx, deadline)
 }
 
 // timeoutErr makes a timeout of any kind (a socket's i/o timeout, a late
