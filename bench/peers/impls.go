@@ -96,7 +96,13 @@ func newEngine(algo engine.Algorithm) func(keyset.Profile, int) (Limiter, error)
 	}
 }
 
-func (e engineLimiter) Allow(key string) bool         { return e.l.Allow(key) }
+func (e engineLimiter) Allow(key string) bool { return e.l.Allow(key) }
+
+// AllowN and Peek return only Allowed, but the engine builds the whole
+// Decision (Remaining, RetryAfter, ResetAfter) as its callers get it: for
+// SlidingLog, Remaining counts the ring's entries in the window (a binary
+// search, 16 probes at the hot-key profile's Limit 65535). The token-bucket
+// and textbook-log peers' AllowN compute no such figures.
 func (e engineLimiter) AllowN(key string, n int) bool { return e.l.AllowN(key, n).Allowed }
 func (e engineLimiter) Peek(key string) bool          { return e.l.Peek(key).Allowed }
 func (e engineLimiter) Close()                        { _ = e.l.Close() }
@@ -198,8 +204,15 @@ func (h *httprateLimiter) decide(key string, n int, consume bool) bool {
 
 func (h *httprateLimiter) Allow(key string) bool         { return h.decide(key, 1, true) }
 func (h *httprateLimiter) AllowN(key string, n int) bool { return h.decide(key, n, true) }
-func (h *httprateLimiter) Peek(key string) bool          { return h.decide(key, 1, false) }
-func (h *httprateLimiter) Close()                        {}
+
+// Peek is OnLimit's check without the increment, as httprate answers it.
+// Its counter's windows move on only in IncrementBy, so in BenchmarkPeek,
+// from two Windows (20 ms) after the population's last increment to the
+// end of the run, Get returns 0, 0 from its window comparison without
+// hashing the key or reading a map. The answer is right (those keys are
+// idle), but it costs what no key state costs.
+func (h *httprateLimiter) Peek(key string) bool { return h.decide(key, 1, false) }
+func (h *httprateLimiter) Close()               {}
 
 // --- github.com/sethvargo/go-limiter memorystore ---
 
