@@ -301,9 +301,16 @@ func TestResolutionIndependentOfSweepInterval(t *testing.T) {
 
 // Found by review (minor): WaitN refused at once ("would pass the deadline") when
 // the retry fitted before the deadline but the minimum sleep did not.
+//
+// The margin must stay under minWait (1 ms) for the floor to matter, so a
+// busy machine that stalls the test for 600 µs between the deadline and
+// Wait's check makes that one refusal legitimate: the test fails when most
+// of its 20 keys are refused (the bug refused every one), not on one.
 func TestWaitShortRetryBeforeDeadline(t *testing.T) {
 	l := newLimiter(t, Config{Algorithm: SlidingLog, Limit: 1, Window: 300 * time.Microsecond, Clock: MonotonicClock()})
-	for i := 0; i < 20; i++ {
+	const keys = 20
+	var refused []error
+	for i := 0; i < keys; i++ {
 		k := fmt.Sprint("k", i)
 		l.Allow(k)
 		d := l.Peek(k)
@@ -311,8 +318,11 @@ func TestWaitShortRetryBeforeDeadline(t *testing.T) {
 		err := l.Wait(ctx, k)
 		cancel()
 		if err != nil && errors.Is(err, context.DeadlineExceeded) && strings.Contains(err.Error(), "would pass the context deadline") {
-			t.Fatalf("Wait refused at once though RetryAfter %v falls 600µs before the deadline: %v", d.RetryAfter, err)
+			refused = append(refused, err)
 		}
+	}
+	if len(refused) > keys/2 {
+		t.Fatalf("Wait refused %d of %d keys at once though each RetryAfter falls 600µs before its deadline; first: %v", len(refused), keys, refused[0])
 	}
 }
 
