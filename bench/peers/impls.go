@@ -206,11 +206,11 @@ func (h *httprateLimiter) Allow(key string) bool         { return h.decide(key, 
 func (h *httprateLimiter) AllowN(key string, n int) bool { return h.decide(key, n, true) }
 
 // Peek is OnLimit's check without the increment, as httprate answers it.
-// Its counter's windows move on only in IncrementBy, so in BenchmarkPeek,
-// from two Windows (20 ms) after the population's last increment to the
-// end of the run, Get returns 0, 0 from its window comparison without
-// hashing the key or reading a map. The answer is right (those keys are
-// idle), but it costs what no key state costs.
+// Its counter's windows move on only in IncrementBy: once two Windows
+// have passed since the last increment, Get returns 0, 0 from its window
+// comparison without hashing the key or reading a map. BenchmarkPeek
+// therefore runs with a Window no run outlasts (peekProfile), so that
+// every implementation reads live key state.
 func (h *httprateLimiter) Peek(key string) bool { return h.decide(key, 1, false) }
 func (h *httprateLimiter) Close()               {}
 
