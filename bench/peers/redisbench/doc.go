@@ -29,8 +29,10 @@
 // after the warm-up): srv-µs/decision, and script-µs/call, the scripts'
 // usec_per_call (EVALSHA and EVAL; commands a script calls are counted
 // inside it), and client-µs/decision, the benchmark process's own CPU time
-// (user and system, from getrusage) per decision: client and server share
-// the machine's cores, so either side's cost lowers decisions/s. The figures measure the client, the loopback and the server
+// (user and system, from getrusage) per decision, and srv-cpu-µs/decision,
+// the redis-server process's (INFO cpu): client and server share the
+// machine's cores, so either side's cost lowers decisions/s, and CPU time
+// moves less with a noisy neighbour than wall time does. The figures measure the client, the loopback and the server
 // together, all on one machine; they compare designs, not production
 // network latency. cmd/redismd turns the output into the RESULTS.md
 // fragment (make bench-redis).

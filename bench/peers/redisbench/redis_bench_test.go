@@ -185,7 +185,7 @@ func run(b *testing.B, c *redis.Client, decide decider, parallel bool) {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
-	cpu0 := processCPU(b)
+	cpu0, srvCPU0 := processCPU(b), serverCPU(b, c)
 	b.ResetTimer()
 	start := time.Now()
 	if parallel {
@@ -218,6 +218,7 @@ func run(b *testing.B, c *redis.Client, decide decider, parallel bool) {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	client := processCPU(b) - cpu0
+	srvCPU := serverCPU(b, c) - srvCPU0
 	slices.Sort(all)
 	p99 := all[min(len(all)-1, len(all)*99/100)]
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
@@ -228,6 +229,13 @@ func run(b *testing.B, c *redis.Client, decide decider, parallel bool) {
 	// go-redis, the runtime), against the server's below: the two share
 	// this machine's cores, so either one's cost lowers decisions/s.
 	b.ReportMetric(float64(client)/float64(time.Microsecond)/float64(b.N), "client-µs/decision")
+	// The server process's CPU (INFO cpu: user and system, every thread)
+	// per decision: unlike srv-µs/decision (the commands' wall time, which
+	// grows when a busy machine preempts the server mid-script), it counts
+	// only cycles spent, including the server's own reads and writes of
+	// the sockets; client plus server CPU is what a decision costs the
+	// machine.
+	b.ReportMetric(float64(srvCPU)/float64(time.Microsecond)/float64(b.N), "srv-cpu-µs/decision")
 	srv := serverTime(b, c)
 	// Commands a script calls are counted too (inside the script's own
 	// time), so where scripts run, their time alone is the server's.
@@ -247,6 +255,27 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the redis-server process's CPU time so far (INFO cpu:
+// used_cpu_user plus used_cpu_sys, in seconds with µs digits).
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", k, err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // commandStats is the server's time since CONFIG RESETSTAT: all commands,
