@@ -270,9 +270,13 @@ func (p *proxy) refuseBody(w http.ResponseWriter, r *http.Request, err error) {
 // protocols although the gateway passed no upgrade it allows.
 var errUpgradeRefused = errors.New("upstream switched protocols without an allowed upgrade (proxy.upgrades)")
 
-// watchResponse is ModifyResponse. It refuses a 101 to a request that
-// carries no allowed upgrade (a lenient upstream must not open a tunnel
-// past every rule); under upstream_headers: ours it removes the
+// errBadUpstreamStatus ends a proxied request whose upstream answered
+// with a status no HTTP status can be (below 100).
+var errBadUpstreamStatus = errors.New("upstream answered with an invalid status code")
+
+// watchResponse is ModifyResponse. It refuses a status below 100 and a
+// 101 to a request that carries no allowed upgrade (a lenient upstream
+// must not open a tunnel past every rule); under upstream_headers: ours it removes the
 // upstream's rate-limit headers and trailers (the middleware sets its own
 // on limited requests; exempt and unmatched ones then carry none); and it
 // arms read_timeout_ms on the response body (nginx's proxy_read_timeout:
@@ -281,6 +285,11 @@ var errUpgradeRefused = errors.New("upstream switched protocols without an allow
 // the connection itself, and a websocket may be quiet for as long as it
 // likes.
 func (p *proxy) watchResponse(res *http.Response) error {
+	if res.StatusCode < 100 || res.StatusCode > 999 {
+		// http.ReadResponse takes any three digits as a status; passed
+		// on, one below 100 would panic the handler in WriteHeader.
+		return fmt.Errorf("%w: %d", errBadUpstreamStatus, res.StatusCode)
+	}
 	if res.StatusCode == http.StatusSwitchingProtocols && upgradeType(res.Request.Header) == "" {
 		return errUpgradeRefused
 	}

@@ -83,10 +83,6 @@ const (
 // max1xxResponses informational responses.
 var errTooMany1xx = errors.New("upstream sent too many 1xx informational responses")
 
-// aLongTimeAgo is a deadline in the past: setting it makes a blocked
-// read or write on the connection return at once.
-var aLongTimeAgo = time.Unix(1, 0)
-
 // upstreamTransport is the proxy's Transport: the direct round trip for
 // requests in its scope, std for the rest. Safe for concurrent use.
 type upstreamTransport struct {
@@ -352,9 +348,12 @@ func (pc *upstreamConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// abort runs when the request's context ends: a deadline in the past
-// makes the blocked read or write return.
-func (pc *upstreamConn) abort() { _ = pc.conn.SetDeadline(aLongTimeAgo) }
+// abort runs when the request's context ends: closing the connection
+// makes a blocked read or write return, and frees the connection of a
+// response whose body its reader abandoned without closing it (as
+// Transport closes it). The connection is never pooled once abort may
+// have run (release: stop reported false).
+func (pc *upstreamConn) abort() { _ = pc.conn.Close() }
 
 func (pc *upstreamConn) close() { _ = pc.conn.Close() }
 
@@ -376,8 +375,8 @@ func (pc *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	pc.nread = 0
 	pc.limit = maxResponseHeaderBytes
-	// The header timeout is set before the context's hook is: once the
-	// hook is in, a deadline set here could undo its abort.
+	// The hook (abort) closes the connection, so no deadline set or
+	// cleared here can undo it.
 	if pc.t.headerTimeout > 0 {
 		_ = pc.conn.SetReadDeadline(time.Now().Add(pc.t.headerTimeout))
 	}
@@ -418,15 +417,14 @@ func (pc *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 		// now speaks something else.
 		return nil, pc.fail(ctx, stop, errUpgradeRefused)
 	}
+	if res.StatusCode < 100 {
+		// ReadResponse takes any three digits; no HTTP status is below
+		// 100, and the client's WriteHeader would panic on it.
+		return nil, pc.fail(ctx, stop, fmt.Errorf("%w: %d", errBadUpstreamStatus, res.StatusCode))
+	}
 	pc.limit = math.MaxInt64
 	if pc.t.headerTimeout > 0 {
 		_ = pc.conn.SetReadDeadline(time.Time{})
-		// The context may have ended, and its hook set its deadline,
-		// just before the line above cleared it: abort again. A hook
-		// that runs after this check runs after the clearing too.
-		if ctx.Err() != nil {
-			pc.abort()
-		}
 	}
 	keep := !res.Close
 	if res.Body == http.NoBody {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -754,4 +755,77 @@ func TestBodyClosedBeforeItsEndClosesTheConnection(t *testing.T) {
 	if _, err := res.Body.Read(b); err == nil {
 		t.Error("a read after Close succeeded")
 	}
+}
+
+// TestUpstreamStatusBelow100IsBadGatewayNotAPanic: http.ReadResponse takes
+// any three digits as a status and WriteHeader panics below 100; on either
+// path such an answer is a 502 and its connection is closed.
+func TestUpstreamStatusBelow100IsBadGatewayNotAPanic(t *testing.T) {
+	for _, tc := range []struct{ name, method, status string }{
+		{"direct 099", "GET", "099"},
+		{"direct 000 without a body", "GET", "000"},
+		{"transport 099", "POST", "099"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+				if !u.read(n, br) {
+					return
+				}
+				cl := "2\r\n\r\nok"
+				if strings.Contains(tc.name, "without") {
+					cl = "0\r\n\r\n"
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 "+tc.status+" Odd\r\nContent-Length: "+cl)
+				u.read(n, br)
+			})
+			_, gw := newTestGateway(t, directConfig, up.url())
+			var body io.Reader
+			if tc.method == "POST" {
+				body = strings.NewReader("x")
+			}
+			req, _ := http.NewRequest(tc.method, gw.URL+"/odd", body)
+			client := &http.Client{Transport: &http.Transport{}, Timeout: failAfter}
+			defer client.CloseIdleConnections()
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("status %s: %v, want a 502", tc.status, err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadGateway {
+				t.Fatalf("status %s: %d, want 502", tc.status, res.StatusCode)
+			}
+			up.waitClosed(t, 1)
+		})
+	}
+}
+
+// TestUnreadBodyConnectionClosedWhenContextEnds: a direct-path response
+// whose body is neither read to its end nor closed holds its connection
+// only until the request's context ends (as http.Transport does), not
+// until a finalizer finds it.
+func TestUnreadBodyConnectionClosedWhenContextEnds(t *testing.T) {
+	up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+		if !u.read(n, br) {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+		u.read(n, br)
+	})
+	u, _ := url.Parse(up.url())
+	pc := proxyConfig{dialTimeout: failAfter, idleConnTimeout: time.Minute}
+	tr := newUpstreamTransport(u, pc, newTransport(pc))
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", up.url()+"/x", nil)
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.dials.Load() != 1 {
+		t.Fatal("the request did not take the direct path")
+	}
+	cancel()
+	up.waitClosed(t, 1)
+	runtime.KeepAlive(res)
 }
