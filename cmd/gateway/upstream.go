@@ -438,8 +438,8 @@ func (pc *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 
 // release ends pc's round trip: back to the pool when keep (the response
 // allows reuse and was read to its end), the context's hook had not run
-// (stop reports that it never will: it may have set a deadline in the
-// past) and nothing is buffered beyond the response (an upstream that
+// (stop reports that it never will: once it may have run, the
+// connection is closed or closing) and nothing is buffered beyond the response (an upstream that
 // sent more than one answer is out of step: whatever it sent must not
 // become the next request's response); closed otherwise.
 func (pc *upstreamConn) release(stop func() bool, keep bool) {

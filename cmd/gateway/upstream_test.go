@@ -778,7 +778,7 @@ func TestUpstreamStatusBelow100IsBadGatewayNotAPanic(t *testing.T) {
 				_, _ = io.WriteString(c, "HTTP/1.1 "+tc.status+" Odd\r\nContent-Length: "+cl)
 				u.read(n, br)
 			})
-			_, gw := newTestGateway(t, directConfig, up.url())
+			g, gw := newTestGateway(t, directConfig, up.url())
 			var body io.Reader
 			if tc.method == "POST" {
 				body = strings.NewReader("x")
@@ -794,6 +794,13 @@ func TestUpstreamStatusBelow100IsBadGatewayNotAPanic(t *testing.T) {
 			res.Body.Close()
 			if res.StatusCode != http.StatusBadGateway {
 				t.Fatalf("status %s: %d, want 502", tc.status, res.StatusCode)
+			}
+			tr := directOf(g)
+			tr.mu.Lock()
+			idle := len(tr.idle)
+			tr.mu.Unlock()
+			if idle != 0 {
+				t.Errorf("status %s: the connection was pooled", tc.status)
 			}
 			up.waitClosed(t, 1)
 		})
