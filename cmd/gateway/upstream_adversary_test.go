@@ -395,3 +395,223 @@ func TestAdversaryIdlePoolIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestAdversaryConnectionFinishingAfterReloadIsClosedWhenRetired: a
+// response still streaming when the configuration is replaced puts its
+// connection back into the retired configuration's pool at its end; the
+// retirement, which waits for that request, then closes it: no connection
+// outlives its configuration. The body is chunked so that ReverseProxy
+// flushes its first piece, and the client has the header, while the
+// upstream holds the rest.
+func TestAdversaryConnectionFinishingAfterReloadIsClosedWhenRetired(t *testing.T) {
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+		for u.read(n, br) {
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"); err != nil {
+				return
+			}
+			<-release
+			if _, err := io.WriteString(c, "3\r\ndef\r\n0\r\n\r\n"); err != nil {
+				return
+			}
+		}
+	})
+	t.Cleanup(unblock) // runs before the upstream's cleanup waits for it
+	g, gw := newTestGateway(t, directConfig, up.url())
+	client := &http.Client{Transport: &http.Transport{}, Timeout: failAfter}
+	defer client.CloseIdleConnections()
+	res, err := client.Get(gw.URL + "/streaming")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := directOf(g)
+	c, err := parseConfig([]byte(directConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.load(c); err != nil {
+		t.Fatal(err)
+	}
+	unblock()
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || string(b) != "abcdef" {
+		t.Fatalf("the streaming response: %q, %v", b, err)
+	}
+	up.waitClosed(t, 1)
+	old.mu.Lock()
+	idle := len(old.idle)
+	old.mu.Unlock()
+	if idle != 0 {
+		t.Errorf("%d connections left in the retired configuration's pool", idle)
+	}
+	if status, body, _ := fetch(t, client, "GET", gw.URL+"/next"); status != 200 || body != "abcdef" {
+		t.Fatalf("a request after the reload: %d %q", status, body)
+	}
+}
+
+// TestAdversaryDirectPathForwardsTheHeadersTransportWould: the upstream
+// sees the same request headers on the direct path as on http.Transport's:
+// hop-by-hop headers and those Connection names dropped, the client's
+// forwarding claims replaced by what the gateway saw.
+func TestAdversaryDirectPathForwardsTheHeadersTransportWould(t *testing.T) {
+	var mu sync.Mutex
+	var got []http.Header
+	up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, req.Body)
+			mu.Lock()
+			got = append(got, req.Header)
+			mu.Unlock()
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	g, gw := newTestGateway(t, directConfig, up.url())
+	client := &http.Client{Transport: &http.Transport{}, Timeout: failAfter}
+	defer client.CloseIdleConnections()
+	send := func(body io.Reader) {
+		req, _ := http.NewRequest("GET", gw.URL+"/h", body)
+		req.Header.Set("Connection", "X-Secret")
+		req.Header.Set("X-Secret", "1")
+		req.Header.Set("Keep-Alive", "timeout=5")
+		req.Header.Set("Proxy-Connection", "keep-alive")
+		req.Header.Set("X-Forwarded-For", "6.6.6.6")
+		req.Header.Set("X-Real-Ip", "6.6.6.6")
+		req.Header.Set("X-Kept", "yes")
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("status %d", res.StatusCode)
+		}
+	}
+	send(nil)                       // direct path
+	send(strings.NewReader("body")) // a body: http.Transport's path
+	if n := directOf(g).stdTrips.Load(); n != 1 {
+		t.Fatalf("%d requests on http.Transport's path, want 1", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("upstream saw %d requests", len(got))
+	}
+	direct, std := got[0].Clone(), got[1].Clone()
+	std.Del("Content-Length")
+	if fmt.Sprint(direct) != fmt.Sprint(std) {
+		t.Errorf("direct path sent\n%v\nhttp.Transport sent\n%v", direct, std)
+	}
+	for _, k := range []string{"X-Secret", "Keep-Alive", "Proxy-Connection", "Connection", "X-Real-Ip"} {
+		if v := direct.Values(k); len(v) != 0 {
+			t.Errorf("the upstream got %s: %q", k, v)
+		}
+	}
+	if v := direct.Get("X-Forwarded-For"); v != "127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q, want 127.0.0.1", v)
+	}
+	if v := direct.Get("X-Kept"); v != "yes" {
+		t.Errorf("X-Kept %q, want yes", v)
+	}
+}
+
+// TestAdversaryCloseIdleConnectionsDuringTrafficLosesNoRequest: closing
+// the idle connections (a reload) while requests run takes only pooled
+// ones, never one serving a request: every request is answered, each with
+// its own answer.
+func TestAdversaryCloseIdleConnectionsDuringTrafficLosesNoRequest(t *testing.T) {
+	up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			p := req.URL.Path
+			if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(p), p); err != nil {
+				return
+			}
+		}
+	})
+	g, gw := newTestGateway(t, directConfig, up.url())
+	tr := directOf(g)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}, Timeout: failAfter}
+	defer client.CloseIdleConnections()
+	stop := make(chan struct{})
+	closer := make(chan struct{})
+	go func() {
+		defer close(closer)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				tr.CloseIdleConnections()
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*50)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				p := fmt.Sprintf("/w%d/%d", w, i)
+				status, body, err := tryFetch(client, "GET", gw.URL+p)
+				if err != nil || status != 200 || body != p {
+					errs <- fmt.Errorf("%s: %d %q %v", p, status, body, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-closer
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestAdversaryReusedConnectionResetBeforeAnswerIsRetriedOnce: a reused
+// connection the upstream resets (RST, not FIN) after reading the request
+// and before any byte of the answer is the keep-alive race too: the GET
+// goes once more on a fresh connection, and only once.
+func TestAdversaryReusedConnectionResetBeforeAnswerIsRetriedOnce(t *testing.T) {
+	up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+		for served := 0; u.read(n, br); served++ {
+			if n == 1 && served == 1 {
+				_ = c.(*net.TCPConn).SetLinger(0)
+				return // the deferred Close resets the connection
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	g, gw := newTestGateway(t, directConfig, up.url())
+	client := &http.Client{Transport: &http.Transport{}, Timeout: failAfter}
+	defer client.CloseIdleConnections()
+	for _, p := range []string{"/one", "/two"} {
+		if status, body, _ := fetch(t, client, "GET", gw.URL+p); status != 200 || body != "ok" {
+			t.Fatalf("%s: %d %q", p, status, body)
+		}
+	}
+	want := []string{"conn 1: GET /one", "conn 1: GET /two", "conn 2: GET /two"}
+	if got := up.requests(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("upstream saw %q, want %q", got, want)
+	}
+	if got := directOf(g).dials.Load(); got != 2 {
+		t.Errorf("%d upstream connections, want 2", got)
+	}
+}
