@@ -526,6 +526,14 @@ func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	done := g.inflight.add(r)
 	defer done()
 	gen := g.acquire()
+	if gen == nil {
+		// No configuration is in force: before the first load, or after
+		// close released the last one (a request that reached the handler
+		// as the server stopped). There are no rules to decide it by.
+		w.Header().Set("Connection", "close")
+		http.Error(w, "503 service unavailable: the gateway is shutting down", http.StatusServiceUnavailable)
+		return
+	}
 	defer gen.refs.Add(-1)
 	if !gen.cfg.log.access {
 		gen.handler.ServeHTTP(w, r)

@@ -819,3 +819,21 @@ func BenchmarkUpstreamDirect(b *testing.B) {
 		res.Body.Close()
 	}
 }
+
+// A request that reaches the handler after close released the last
+// configuration (the server still finishing a connection as the gateway
+// stops) gets 503, not a nil-pointer panic in the handler.
+func TestRequestAfterCloseIs503(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	g, _ := newTestGateway(t, minimal, up.URL)
+	g.close()
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://gw.example/x", nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status after close = %d, want 503", rec.Code)
+	}
+	if got := rec.Header().Get("Connection"); got != "close" {
+		t.Errorf("Connection = %q after close, want close", got)
+	}
+}
