@@ -5,6 +5,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -613,5 +614,95 @@ func TestAdversaryReusedConnectionResetBeforeAnswerIsRetriedOnce(t *testing.T) {
 	}
 	if got := directOf(g).dials.Load(); got != 2 {
 		t.Errorf("%d upstream connections, want 2", got)
+	}
+}
+
+// TestAdversaryStatusBelow100IsBadGatewayNotAPanic: http.ReadResponse
+// takes any three digits as a status, "000" to "099" included, and
+// ReverseProxy passes the code to WriteHeader, which panics below 100.
+// An upstream reply must never panic the handler: it is a 502, on either
+// path, and the upstream connection is closed.
+func TestAdversaryStatusBelow100IsBadGatewayNotAPanic(t *testing.T) {
+	for _, tc := range []struct{ name, method, status string }{
+		{"direct path 099", "GET", "099"},
+		{"direct path 000", "GET", "000"},
+		{"transport path 099", "POST", "099"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+				if !u.read(n, br) {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 "+tc.status+" Odd\r\nContent-Length: 2\r\n\r\nok")
+				u.read(n, br) // returns when the gateway closes the connection
+			})
+			_, gw := newTestGateway(t, directConfig, up.url())
+			client := &http.Client{Transport: &http.Transport{}, Timeout: failAfter}
+			defer client.CloseIdleConnections()
+			var body io.Reader
+			if tc.method == "POST" {
+				body = strings.NewReader("x")
+			}
+			req, _ := http.NewRequest(tc.method, gw.URL+"/odd", body)
+			res, err := client.Do(req)
+			if err != nil {
+				t.Fatalf("status %s from the upstream: the client got %v, want a 502 (the handler panicked)", tc.status, err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadGateway {
+				t.Fatalf("status %s from the upstream: %d, want 502", tc.status, res.StatusCode)
+			}
+			up.waitClosedWithin(t, 1, 10*time.Second)
+		})
+	}
+}
+
+// TestAdversaryUnreadBodyConnectionClosedWhenContextEnds: a response
+// whose body is neither read to its end nor closed (a caller that
+// panicked between RoundTrip and its deferred Close, as ReverseProxy does
+// on a status WriteHeader refuses) holds its upstream connection; once the
+// request's context ends, the connection is closed, as http.Transport
+// closes it, not left open until a finalizer finds it.
+func TestAdversaryUnreadBodyConnectionClosedWhenContextEnds(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		name := "http.Transport"
+		if direct {
+			name = "direct path"
+		}
+		t.Run(name, func(t *testing.T) {
+			up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
+				if !u.read(n, br) {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+				u.read(n, br) // returns when the gateway closes the connection
+			})
+			u, _ := url.Parse(up.url())
+			pc := proxyConfig{dialTimeout: 10 * time.Second, idleConnTimeout: time.Minute}
+			std := newTransport(pc)
+			tr := newUpstreamTransport(u, pc, std)
+			defer tr.CloseIdleConnections()
+			var rt http.RoundTripper = tr
+			if !direct {
+				rt = std
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "GET", up.url()+"/x", nil)
+			res, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if direct && tr.dials.Load() != 1 {
+				t.Fatal("the request did not take the direct path")
+			}
+			cancel()
+			up.waitClosedWithin(t, 1, 10*time.Second)
+			// res stays reachable until here: the finalizer of its
+			// connection must not be what closes it.
+			if res.StatusCode != 200 {
+				t.Fatalf("status %d", res.StatusCode)
+			}
+		})
 	}
 }
