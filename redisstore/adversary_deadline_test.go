@@ -218,3 +218,65 @@ func TestConcurrentUnendingCallsAcrossSlotsAndClose(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestLogScriptExactOnServerTimeAcrossSeconds: the log script, on the
+// server's own TIME (its scores built as text from TIME's fields), run
+// serially on one key for over a second with Windows of 1 ms, 1 ms + 1 µs
+// and 0.3 s, so that its µs values take every width and it crosses
+// second boundaries: each call is admitted exactly when fewer than Limit
+// admitted calls lie in [t-Window, t] at its own server time t (never
+// more than Limit in any Window, never a denial with room).
+func TestLogScriptExactOnServerTimeAcrossSeconds(t *testing.T) {
+	srv := redistest.Start(t)
+	client := newClient(t, srv.Addr())
+	ctx := context.Background()
+	for _, c := range []struct {
+		winUS int64
+		limit int
+	}{{1000, 3}, {1001, 2}, {300_000, 40}} {
+		key := "adversary:log:" + time.Duration(c.winUS*1000).String()
+		type call struct {
+			at      int64
+			allowed bool
+		}
+		var calls []call
+		start := time.Now()
+		seconds := map[int64]bool{}
+		for time.Since(start) < 400*time.Millisecond || len(seconds) < 2 {
+			r, err := client.Eval(ctx, logScript.src, []string{key},
+				c.limit, c.winUS, 1, 1, "", 10_000, "100000000000000000").Int64Slice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(calls) > 0 && r[4] <= calls[len(calls)-1].at {
+				t.Skipf("the server's TIME went from %d to %d µs (a clock step): the check needs it to advance", calls[len(calls)-1].at, r[4])
+			}
+			calls = append(calls, call{r[4], r[0] == 1})
+			seconds[r[4]/1_000_000] = true
+			if time.Since(start) > 20*time.Second { // a guard against a hang, not a speed assertion
+				break
+			}
+		}
+		admitted, denied := 0, 0
+		for i, ci := range calls {
+			inWindow := 0
+			for _, cj := range calls[:i] {
+				if cj.allowed && cj.at >= ci.at-c.winUS {
+					inWindow++
+				}
+			}
+			if want := inWindow < c.limit; ci.allowed != want {
+				t.Fatalf("Window %d µs, Limit %d: call at %d µs allowed=%v with %d admitted in [t-W, t], want allowed=%v",
+					c.winUS, c.limit, ci.at, ci.allowed, inWindow, want)
+			}
+			if ci.allowed {
+				admitted++
+			} else {
+				denied++
+			}
+		}
+		if admitted == 0 || denied == 0 {
+			t.Fatalf("Window %d µs: %d admitted, %d denied: the trace did not exercise both", c.winUS, admitted, denied)
+		}
+	}
+}
