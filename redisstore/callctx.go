@@ -14,9 +14,11 @@ import (
 // and its cancel took about 6% of the client's CPU per decision. go-redis
 // needs of the context only its deadline, for the socket's read and write
 // deadlines, and its Done where it waits: for a turn of its connection
-// pool when every connection is busy, and while dialing. So callCtx
-// carries the exact deadline and takes its Done from slots shared by the
-// Store's calls: one channel per slot of Timeout/16 of the Store's
+// pool when every connection is busy, while dialing, and (a
+// ClusterClient) in the backoff before it resends a command (MaxRedirects:
+// see the package doc's Deadlines). So callCtx carries the exact deadline
+// and takes its Done from slots shared by the Store's calls: one channel
+// per slot of Timeout/16 of the Store's
 // monotonic clock, closed by one timer at the slot's end, and a call is
 // given the slot that ends at or before its deadline. Its waits therefore
 // end at most Timeout/16 before the deadline, never after it (the bound
