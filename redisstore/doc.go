@@ -62,10 +62,10 @@
 // # Deadlines
 //
 // Each call runs under Config.Timeout (or the caller's earlier deadline).
-// (A call whose context cannot end, as AllowN's, shares its wait for a
-// free pooled connection's turn with other calls: that wait may end up to
-// Timeout/16 before the deadline, never after; the socket's deadlines are
-// exact.)
+// (A call whose context cannot end, as AllowN's, shares its waits with
+// other calls: a free pooled connection's turn, dialing, a ClusterClient's
+// backoff before a resend. Those may end up to Timeout/16 before the
+// deadline, never after; the socket's deadlines are exact.)
 // A call that times out may still sit in the socket of a stalled server, or
 // in a proxy, and run when the server wakes up: the caller was told the
 // fail policy's decision, so a write then would consume quota twice (or for
