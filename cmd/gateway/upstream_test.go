@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
-	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -108,19 +107,7 @@ func (u *rawUpstream) requests() []string {
 // upstream's read of its next request ended).
 func (u *rawUpstream) waitClosed(t *testing.T, conn int) {
 	t.Helper()
-	deadline := time.Now().Add(failAfter)
-	for time.Now().Before(deadline) {
-		u.mu.Lock()
-		for _, c := range u.closed {
-			if c == conn {
-				u.mu.Unlock()
-				return
-			}
-		}
-		u.mu.Unlock()
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("upstream connection %d still open after %v", conn, failAfter)
+	u.waitClosedWithin(t, conn, failAfter)
 }
 
 // answerEach answers every request on every connection with resp.
@@ -805,34 +792,4 @@ func TestUpstreamStatusBelow100IsBadGatewayNotAPanic(t *testing.T) {
 			up.waitClosed(t, 1)
 		})
 	}
-}
-
-// TestUnreadBodyConnectionClosedWhenContextEnds: a direct-path response
-// whose body is neither read to its end nor closed holds its connection
-// only until the request's context ends (as http.Transport does), not
-// until a finalizer finds it.
-func TestUnreadBodyConnectionClosedWhenContextEnds(t *testing.T) {
-	up := newRawUpstream(t, func(u *rawUpstream, n int, c net.Conn, br *bufio.Reader) {
-		if !u.read(n, br) {
-			return
-		}
-		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
-		u.read(n, br)
-	})
-	u, _ := url.Parse(up.url())
-	pc := proxyConfig{dialTimeout: failAfter, idleConnTimeout: time.Minute}
-	tr := newUpstreamTransport(u, pc, newTransport(pc))
-	defer tr.CloseIdleConnections()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, "GET", up.url()+"/x", nil)
-	res, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr.dials.Load() != 1 {
-		t.Fatal("the request did not take the direct path")
-	}
-	cancel()
-	up.waitClosed(t, 1)
-	runtime.KeepAlive(res)
 }

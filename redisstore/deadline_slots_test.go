@@ -33,7 +33,7 @@ func holdPool(t *testing.T, client *redis.Client, hold time.Duration) (wait func
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = client.BLPop(context.Background(), hold, "adversary:hold:"+string(rune('a'+i))).Err()
+			_ = client.BLPop(context.Background(), hold, "slots:hold:"+string(rune('a'+i))).Err()
 		}()
 	}
 	for client.PoolStats().TotalConns < uint32(size) || client.PoolStats().IdleConns > 0 {
@@ -234,7 +234,7 @@ func TestLogScriptExactOnServerTimeAcrossSeconds(t *testing.T) {
 		winUS int64
 		limit int
 	}{{1000, 3}, {1001, 2}, {300_000, 40}} {
-		key := "adversary:log:" + time.Duration(c.winUS*1000).String()
+		key := "slots:log:" + time.Duration(c.winUS*1000).String()
 		type call struct {
 			at      int64
 			allowed bool
