@@ -34,8 +34,9 @@ type Store struct {
 	// for GCRA (exact to the ns, as the engine's).
 	unit time.Duration
 
-	evict evictionWatch
-	slots doneSlots // the shared Done channels of calls (see callCtx)
+	evict     evictionWatch
+	closeOnce sync.Once // Close's claim of evict.sampling (see Close)
+	slots     doneSlots // the shared Done channels of calls (see callCtx)
 
 	localOnce sync.Once
 	local     atomic.Pointer[engine.Limiter] // FailLocal's engine, built at the first fault
@@ -697,10 +698,26 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// Close releases the FailLocal engine, if one was built. It does not close
-// Config.Client, which the caller owns.
+// Close releases the FailLocal engine, if one was built, and stops the
+// eviction sampling (Stats.EvictedKeys): it waits for a sample in flight
+// (INFO stats, bounded by the longer of Timeout and a second), so that no
+// command of the Store's own is out on Config.Client once Close returns,
+// and none starts after it. Calls after Close still decide. It does not
+// close Config.Client, which the caller owns and may close right after.
+// Safe to call more than once.
 func (s *Store) Close() error {
 	s.localOnce.Do(func() {}) // no engine may be built after Close starts
+	s.closeOnce.Do(func() {
+		// Take the sampling flag for good: a sample starts only by taking
+		// it (maybeSample), and one running now gives it back when its
+		// INFO ends. The sample goroutine signals nothing else, and Close
+		// is no hot path, so it polls. Without this, a sample outlived
+		// Close, and a caller's client.Close could close the connection
+		// under it.
+		for !s.evict.sampling.CompareAndSwap(false, true) {
+			time.Sleep(time.Millisecond)
+		}
+	})
 	if lim := s.local.Load(); lim != nil {
 		return lim.Close()
 	}
