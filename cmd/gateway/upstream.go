@@ -265,7 +265,7 @@ func (t *upstreamTransport) dial(ctx context.Context) (*upstreamConn, error) {
 	pc := &upstreamConn{t: t, conn: c}
 	pc.br = bufio.NewReaderSize(pc, upstreamBufSize)
 	pc.bw = bufio.NewWriterSize(c, upstreamBufSize)
-	pc.abortFn = pc.abort
+	pc.abortFn = pc.close
 	pc.setupPeek()
 	return pc, nil
 }
@@ -325,7 +325,7 @@ type upstreamConn struct {
 	conn    net.Conn
 	br      *bufio.Reader // reads through the upstreamConn itself (Read: limit and count)
 	bw      *bufio.Writer
-	abortFn func() // pc.abort, made once: a method value per request would allocate
+	abortFn func() // pc.close, run when the request's context ends (see roundTrip); made once: a method value per request would allocate
 
 	limit     int64 // bytes Read may still take (the header limit while a header is read)
 	nread     int64 // bytes read from the connection in this round trip
@@ -348,13 +348,11 @@ func (pc *upstreamConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// abort runs when the request's context ends: closing the connection
-// makes a blocked read or write return, and frees the connection of a
+// close closes the connection. As the request context's hook (abortFn)
+// it makes a blocked read or write return, and frees the connection of a
 // response whose body its reader abandoned without closing it (as
-// Transport closes it). The connection is never pooled once abort may
+// Transport closes it); the connection is never pooled once the hook may
 // have run (release: stop reported false).
-func (pc *upstreamConn) abort() { _ = pc.conn.Close() }
-
 func (pc *upstreamConn) close() { _ = pc.conn.Close() }
 
 // fail closes the connection and says why the round trip ended: the
@@ -375,7 +373,7 @@ func (pc *upstreamConn) roundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	pc.nread = 0
 	pc.limit = maxResponseHeaderBytes
-	// The hook (abort) closes the connection, so no deadline set or
+	// The hook (close) closes the connection, so no deadline set or
 	// cleared here can undo it.
 	if pc.t.headerTimeout > 0 {
 		_ = pc.conn.SetReadDeadline(time.Now().Add(pc.t.headerTimeout))
